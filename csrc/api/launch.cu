@@ -1,0 +1,193 @@
+// Validation and dispatch behind the C-style launch API.
+//
+// The Python layer validates first and gives the friendlier message; this re-checks everything
+// a kernel relies on, because a wrong pointer or stride here is a silent out-of-bounds read.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+
+#include "launch.h"
+#include "tile_configs.cuh"
+
+namespace gproj {
+
+#define GPROJ_FOR_EACH_CONFIG(X) \
+  X(bf16, 64) X(bf16, 128) X(bf16, 256) X(fp16, 64) X(fp16, 128) X(fp16, 256)
+
+// Configurations compiled into this build: set by CMake as GPROJ_HAS_<dtype>_<hdim>.
+#define GPROJ_DECLARE(dt, hd)                                       \
+  extern template void forward_impl<dt, hd>(const AttnParams&);     \
+  extern template void backward_impl<dt, hd>(const AttnParams&);
+GPROJ_FOR_EACH_CONFIG(GPROJ_DECLARE)
+#undef GPROJ_DECLARE
+
+template <typename T, int D> struct Compiled { static constexpr bool value = false; };
+#define GPROJ_TRAIT(dt, hd) \
+  template <> struct Compiled<dt, hd> { static constexpr bool value = GPROJ_HAS_##dt##_##hd; };
+GPROJ_FOR_EACH_CONFIG(GPROJ_TRAIT)
+#undef GPROJ_TRAIT
+
+namespace {
+
+struct InvalidArgument : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+
+template <typename... A>
+[[noreturn]] void fail(const char* fmt, A... args) {
+  char buf[512];
+  std::snprintf(buf, sizeof(buf), fmt, args...);
+  throw InvalidArgument(buf);
+}
+
+void require_ptr(uint64_t ptr, const char* name) {
+  if (ptr == 0) fail("%s: a device pointer is required", name);
+  if (ptr % 16) fail("%s: data pointer must be 16-byte aligned (got address %% 16 = %d)", name, int(ptr % 16));
+}
+
+void require_strides(const int64_t (&s)[3], const char* name, bool varlen) {
+  const char* axis[3] = {"batch", "sequence", "head"};
+  for (int i = varlen ? 1 : 0; i < 3; ++i) {
+    if (s[i] % 8) fail("%s: %s stride must be a multiple of 8 elements (16 bytes), got %lld", name, axis[i], (long long)s[i]);
+    if (s[i] < 0) fail("%s: negative %s stride %lld is not supported", name, axis[i], (long long)s[i]);
+  }
+}
+
+int device_major(int device) {
+  static std::mutex mu;
+  static int cache[64] = {0};
+  std::lock_guard<std::mutex> lock(mu);
+  if (device < 0 || device >= 64) fail("device index %d out of range", device);
+  if (cache[device] == 0) {
+    int major = 0;
+    check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
+    cache[device] = major;
+  }
+  return cache[device];
+}
+
+void validate_common(const AttnParams& p) {
+  if (p.dtype != int(DType::kBF16) && p.dtype != int(DType::kFP16)) fail("dtype code %d: expected bf16 (0) or fp16 (1)", p.dtype);
+  if (p.numerics != int(Numerics::kGProj) && p.numerics != int(Numerics::kFA3)) fail("numerics code %d: expected gproj (0) or fa3 (1)", p.numerics);
+  if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) fail("head_dim %d: supported head dims are 64, 128 and 256", p.head_dim);
+  if (!is_compiled(p.dtype, p.head_dim)) fail("head_dim %d with %s is not compiled into this build (compiled: %s); rebuild with GPROJ_HEADDIMS/GPROJ_DTYPES including it", p.head_dim, p.dtype == 0 ? "bf16" : "fp16", compiled_configs());
+  if (p.batch < 1 || p.batch > 65535) fail("batch %d: must be in [1, 65535]", p.batch);
+  if (p.heads < 1 || p.heads > 65535 || p.heads_k < 1 || p.heads % p.heads_k) fail("heads %d / heads_k %d: need heads_k >= 1 and heads %% heads_k == 0 (heads <= 65535)", p.heads, p.heads_k);
+  if (p.seqlen_q < 0 || p.seqlen_k < 0) fail("negative sequence length (%d, %d)", p.seqlen_q, p.seqlen_k);
+  if (!(p.softmax_scale > 0.f) || !std::isfinite(p.softmax_scale)) fail("softmax_scale %g: must be finite and > 0", double(p.softmax_scale));
+  if (p.window_left < -1 || p.window_right < -1) fail("window_size (%d, %d): entries must be >= -1", p.window_left, p.window_right);
+  if ((p.cu_seqlens_q == 0) != (p.cu_seqlens_k == 0)) fail("cu_seqlens_q and cu_seqlens_k must be given together");
+  if (p.cu_seqlens_q % 4 || p.cu_seqlens_k % 4) fail("cu_seqlens pointers must be 4-byte aligned");
+  const bool varlen = p.cu_seqlens_q != 0;
+  require_ptr(p.q, "q");
+  require_ptr(p.k, "k");
+  require_ptr(p.v, "v");
+  require_strides(p.q_stride, "q", varlen);
+  require_strides(p.k_stride, "k", varlen);
+  require_strides(p.v_stride, "v", varlen);
+  require_ptr(p.stats, "stats");
+  if (p.stats % 8) fail("stats must be 8-byte aligned");
+  if (device_major(p.device) < 8) fail("device %d has compute capability < 8.0: the kernels need sm_80 or newer", p.device);
+}
+
+template <typename F>
+int guarded(F&& f, char* err, size_t err_len) {
+  auto put = [&](const char* msg) {
+    if (err && err_len) {
+      std::strncpy(err, msg, err_len - 1);
+      err[err_len - 1] = '\0';
+    }
+  };
+  try {
+    f();
+    return kOk;
+  } catch (const InvalidArgument& e) {
+    put(e.what());
+    return kInvalidArgument;
+  } catch (const CudaError& e) {
+    put(e.what());
+    return kCudaError;
+  } catch (const std::exception& e) {
+    put(e.what());
+    return kCudaError;
+  }
+}
+
+template <typename Fn>
+void dispatch(const AttnParams& p, Fn&& fn) {
+  check_cuda(cudaSetDevice(p.device), "cudaSetDevice");
+#define GPROJ_CASE(dt, hd)                                                         \
+  if (p.dtype == (std::is_same<dt, bf16>::value ? 0 : 1) && p.head_dim == hd) {    \
+    fn(dt{}, std::integral_constant<int, hd>{});                                    \
+    return;                                                                        \
+  }
+  GPROJ_FOR_EACH_CONFIG(GPROJ_CASE)
+#undef GPROJ_CASE
+  fail("no kernel for dtype %d, head_dim %d", p.dtype, p.head_dim);
+}
+
+}  // namespace
+
+bool is_compiled(int dtype, int head_dim) {
+#define GPROJ_HAS(dt, hd) if (dtype == (std::is_same<dt, bf16>::value ? 0 : 1) && head_dim == hd) return GPROJ_HAS_##dt##_##hd;
+  GPROJ_FOR_EACH_CONFIG(GPROJ_HAS)
+#undef GPROJ_HAS
+  return false;
+}
+
+const char* compiled_configs() {
+  static std::string s = [] {
+    std::string r;
+#define GPROJ_NAME(dt, hd) if (GPROJ_HAS_##dt##_##hd) r += std::string(r.empty() ? "" : ",") + #dt ":" #hd;
+    GPROJ_FOR_EACH_CONFIG(GPROJ_NAME)
+#undef GPROJ_NAME
+    return r;
+  }();
+  return s.c_str();
+}
+
+int run_forward(const AttnParams& p, char* err, size_t err_len) {
+  return guarded([&] {
+    validate_common(p);
+    require_ptr(p.out, "out");
+    require_strides(p.o_stride, "out", p.cu_seqlens_q != 0);
+    require_ptr(p.lse, "lse");
+    if (p.numerics == int(Numerics::kGProj) && p.k_shift == 0) fail("gproj numerics need k_shift (the exact key centering)");
+    dispatch(p, [&](auto t, auto d) {
+      using T = decltype(t);
+      constexpr int D = decltype(d)::value;
+      if constexpr (Compiled<T, D>::value) forward_impl<T, D>(p);
+    });
+  }, err, err_len);
+}
+
+int run_backward(const AttnParams& p, char* err, size_t err_len) {
+  return guarded([&] {
+    validate_common(p);
+    const bool varlen = p.cu_seqlens_q != 0;
+    require_ptr(p.out, "out");
+    require_strides(p.o_stride, "out", varlen);
+    require_ptr(p.dout, "dout");
+    require_strides(p.do_stride, "dout", varlen);
+    require_ptr(p.dq, "dq");
+    require_strides(p.dq_stride, "dq", varlen);
+    require_ptr(p.dk, "dk");
+    require_strides(p.dk_stride, "dk", varlen);
+    require_ptr(p.dv, "dv");
+    require_strides(p.dv_stride, "dv", varlen);
+    require_ptr(p.rowstate, "rowstate");
+    if (p.dk_accum % 16) fail("dk_accum must be 16-byte aligned");
+    dispatch(p, [&](auto t, auto d) {
+      using T = decltype(t);
+      constexpr int D = decltype(d)::value;
+      if constexpr (Compiled<T, D>::value) backward_impl<T, D>(p);
+    });
+  }, err, err_len);
+}
+
+}  // namespace gproj

@@ -1,0 +1,45 @@
+// The one struct that crosses from Python to the kernels.
+//
+// Python fills it from tensors (device pointers, shapes, strides in elements, the CUDA stream);
+// no PyTorch C++ header is involved, so one build serves every PyTorch version. The C++ side
+// re-checks everything a kernel relies on (validate.cpp) before launching.
+#pragma once
+#include <cstdint>
+
+namespace gproj {
+
+enum class DType : int { kBF16 = 0, kFP16 = 1 };
+enum class Numerics : int { kGProj = 0, kFA3 = 1 };
+
+struct AttnParams {
+  // ---- tensors (device addresses; 0 = absent) -------------------------------------------
+  // Layout of q/k/v/out/dout/dq/dk/dv: [batch][row][head][dim], last dim contiguous;
+  // varlen tensors are [total_rows][head][dim] and use batch stride 0 + cu_seqlens offsets.
+  uint64_t q = 0, k = 0, v = 0, out = 0;
+  uint64_t dout = 0, dq = 0, dk = 0, dv = 0;
+  uint64_t dk_accum = 0;      // optional fp32 dK before its final cast (same strides as dk)
+  // Per-query-row fp32 state, indexed [b * rs_batch_stride + h * rs_head_stride + row]:
+  uint64_t lse = 0;           // natural-log LSE of the user's scores (+inf: row sees no key)
+  uint64_t stats = 0;         // float2 {raw score max, log2(row sum)}: forward -> backward
+  uint64_t rowstate = 0;      // float2 {delta, lambda}: dQ pass -> dK/dV pass
+  uint64_t k_shift = 0;       // [batch][head_k][dim] in the input dtype: exact key centering
+  uint64_t cu_seqlens_q = 0, cu_seqlens_k = 0;   // int32 [batch + 1]; 0 = dense
+
+  // ---- strides in elements: {batch, row, head} ------------------------------------------
+  int64_t q_stride[3] = {0, 0, 0}, k_stride[3] = {0, 0, 0}, v_stride[3] = {0, 0, 0};
+  int64_t o_stride[3] = {0, 0, 0}, do_stride[3] = {0, 0, 0}, dq_stride[3] = {0, 0, 0};
+  int64_t dk_stride[3] = {0, 0, 0}, dv_stride[3] = {0, 0, 0};
+  int64_t rs_batch_stride = 0, rs_head_stride = 0;
+
+  // ---- problem --------------------------------------------------------------------------
+  int batch = 0, heads = 0, heads_k = 0, head_dim = 0;
+  int seqlen_q = 0, seqlen_k = 0;       // dense lengths, or the maxima for varlen
+  float softmax_scale = 0.f;
+  int window_left = -1, window_right = -1;  // -1 = unbounded; causal is right = 0
+  int dtype = 0;                          // DType
+  int numerics = 0;                       // Numerics
+  int device = 0;
+  uint64_t stream = 0;                    // cudaStream_t
+};
+
+}  // namespace gproj

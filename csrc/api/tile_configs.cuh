@@ -1,0 +1,75 @@
+// Tile shapes per head dim, and the templated launchers. Shapes are the small, register-safe
+// choices of a correctness-first kernel that must also fit an A100's 163 KB of shared memory.
+#pragma once
+#include <cuda_runtime.h>
+#include <stdexcept>
+#include <string>
+#include "../backward/bwd_dkdv_kernel.cuh"
+#include "../backward/bwd_dq_kernel.cuh"
+#include "../forward/fwd_kernel.cuh"
+
+namespace gproj {
+
+//                               fwd BM, BN | dq BM, BN, DSPLIT | dkdv BN, BM, DSPLIT
+template <int D> struct Tiles;
+template <> struct Tiles<64>  { static constexpr int f[2] = {128, 64}, q[3] = {64, 64, 1}, kv[3] = {64, 64, 1}; };
+template <> struct Tiles<128> { static constexpr int f[2] = {128, 64}, q[3] = {64, 32, 1}, kv[3] = {64, 32, 1}; };
+template <> struct Tiles<256> { static constexpr int f[2] = {64, 64},  q[3] = {64, 32, 2}, kv[3] = {32, 32, 2}; };
+
+struct CudaError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+inline void check_cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw CudaError(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+template <class Kernel>
+inline void launch(Kernel kernel, dim3 grid, int threads, int smem, const AttnParams& p,
+                   const char* name) {
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
+  // Opt in to > 48 KB of dynamic shared memory (cheap; done on every launch so that a kernel
+  // first used on a second device is also set up).
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+             name);
+  kernel<<<grid, threads, smem, reinterpret_cast<cudaStream_t>(p.stream)>>>(p);
+  check_cuda(cudaGetLastError(), name);
+}
+
+inline unsigned ceil_div(int a, int b) { return unsigned((a + b - 1) / b); }
+
+template <typename T, int D>
+void forward_impl(const AttnParams& p) {
+  using Cfg = FwdConfig<T, D, Tiles<D>::f[0], Tiles<D>::f[1]>;
+  const dim3 grid(ceil_div(p.seqlen_q, Cfg::BM), p.heads, p.batch);
+  if (p.numerics == int(Numerics::kGProj)) {
+    launch(fwd_kernel<Cfg, true>, grid, Cfg::kThreads, Cfg::kSmemBytes, p, "forward");
+  } else {
+    launch(fwd_kernel<Cfg, false>, grid, Cfg::kThreads, Cfg::kSmemBytes, p, "forward");
+  }
+}
+
+template <typename T, int D, bool kGProj>
+void backward_mode(const AttnParams& p) {
+  constexpr auto q = Tiles<D>::q;
+  constexpr auto kv = Tiles<D>::kv;
+  using DqCfg = BwdDqConfig<T, D, q[0], q[1], q[2]>;
+  using KvCfg = BwdDkdvConfig<T, D, kv[0], kv[1], kv[2], kGProj>;
+  constexpr bool kConvert = !std::is_same<T, typename GradGemmType<T, kGProj>::type>::value;
+  launch(bwd_dq_kernel<DqCfg, kGProj>, dim3(ceil_div(p.seqlen_q, DqCfg::BM), p.heads, p.batch),
+         DqCfg::kThreads, DqCfg::template smem_bytes<kConvert>(), p, "backward dq pass");
+  launch(bwd_dkdv_kernel<KvCfg, kGProj>,
+         dim3(ceil_div(p.seqlen_k, KvCfg::BN), p.heads_k, p.batch), KvCfg::kThreads,
+         KvCfg::kSmemBytes, p, "backward dk/dv pass");
+}
+
+template <typename T, int D>
+void backward_impl(const AttnParams& p) {
+  if (p.numerics == int(Numerics::kGProj)) {
+    backward_mode<T, D, true>(p);
+  } else {
+    backward_mode<T, D, false>(p);
+  }
+}
+
+}  // namespace gproj

@@ -1,0 +1,79 @@
+// Where a block's rows live: sequence bounds (dense or varlen), tile loads, and the mask.
+#pragma once
+#include "../api/params.h"
+#include "device.cuh"
+
+namespace gproj {
+
+// Rows of sequence b: dense tensors use the fixed lengths; varlen ones read cu_seqlens.
+struct SeqBounds {
+  int q_start, nq, k_start, nk;
+  __device__ SeqBounds(const AttnParams& p, int b) {
+    if (p.cu_seqlens_q) {
+      const int* cq = reinterpret_cast<const int*>(p.cu_seqlens_q);
+      const int* ck = reinterpret_cast<const int*>(p.cu_seqlens_k);
+      q_start = cq[b];
+      nq = cq[b + 1] - q_start;
+      k_start = ck[b];
+      nk = ck[b + 1] - k_start;
+    } else {
+      q_start = 0;
+      nq = p.seqlen_q;
+      k_start = 0;
+      nk = p.seqlen_k;
+    }
+  }
+};
+
+// Bottom-right aligned band mask of FlashAttention-3: query i sees key j iff
+// j < nk, j <= i + (nk - nq) + right (right >= 0) and j >= i + (nk - nq) - left (left >= 0).
+struct Mask {
+  int nq, nk, left, right;
+  __device__ Mask(int nq_, int nk_, int left_, int right_)
+      : nq(nq_), nk(nk_), left(left_), right(right_) {}
+  __device__ __forceinline__ int offset() const { return nk - nq; }
+  __device__ __forceinline__ bool visible(int i, int j) const {
+    const int d = i + offset();
+    return i < nq && j < nk && (right < 0 || j <= d + right) && (left < 0 || j >= d - left);
+  }
+  // Keys [lo, hi) that any of the queries [i0, i1) can see.
+  __device__ __forceinline__ void key_range(int i0, int i1, int& lo, int& hi) const {
+    hi = nk;
+    if (right >= 0) hi = min(nk, i1 - 1 + offset() + right + 1);
+    lo = 0;
+    if (left >= 0) lo = max(0, i0 + offset() - left);
+  }
+  // Queries [lo, hi) that can see any of the keys [j0, j1).
+  __device__ __forceinline__ void query_range(int j0, int j1, int& lo, int& hi) const {
+    lo = 0;
+    if (right >= 0) lo = max(0, j0 - offset() - right);
+    hi = nq;
+    if (left >= 0) hi = min(nq, j1 - 1 - offset() + left + 1);
+  }
+  // True unless every (i, j) of the tile is visible.
+  __device__ __forceinline__ bool tile_partial(int i0, int i1, int j0, int j1) const {
+    return i1 > nq || j1 > nk || (right >= 0 && j1 - 1 > i0 + offset() + right) ||
+           (left >= 0 && j0 < i1 - 1 + offset() - left);
+  }
+};
+
+// cp.async a ROWS x D tile (row pitch D + 8 in smem) from global rows with stride `row_stride`;
+// rows >= valid_rows are zero-filled (never read from global).
+template <typename T, int ROWS, int D, int NTHREADS>
+__device__ __forceinline__ void load_tile(T* smem, const T* gmem, int64_t row_stride,
+                                          int valid_rows, int tid) {
+  constexpr int kChunks = D / 8;
+#pragma unroll
+  for (int c = tid; c < ROWS * kChunks; c += NTHREADS) {
+    const int r = c / kChunks, col = (c % kChunks) * 8;
+    const bool ok = r < valid_rows;
+    cp_async_16(smem + r * (D + 8) + col, ok ? gmem + r * row_stride + col : gmem, ok);
+  }
+}
+
+// Row-statistic index of (b, h, row) for lse / stats / rowstate.
+__device__ __forceinline__ int64_t rowstat_index(const AttnParams& p, int b, int h, int row) {
+  return b * p.rs_batch_stride + h * p.rs_head_stride + row;
+}
+
+}  // namespace gproj

@@ -1,0 +1,212 @@
+"""torch.library custom ops: ``gproj::attention`` and ``gproj::attention_backward``.
+
+They take already-validated arguments (the user API in ``api.py`` validates) and run the CUDA
+kernels on CUDA tensors or the CPU emulator (``reference.emulate_*``) on CPU tensors, so the same
+op is testable (``torch.library.opcheck``, ``torch.compile``) on a machine without a GPU. Fake
+implementations give shapes to the compiler; autograd connects the two ops.
+
+Outputs of the forward op: ``out`` (the input's shape, contiguous), ``lse`` (natural log, fp32,
+(B, H, Nq) or varlen (H, Tq)) and ``stats`` (fp32, lse.shape + (2,)): the kernels' softmax state
+``[raw score max, log2 row sum]`` that the backward needs at full precision (an fp32 LSE alone
+loses an ulp of a large number, which scales a whole row of P).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from . import _ext
+from .centering import center_keys
+from .reference import emulate_backward, emulate_forward
+
+_NUMERICS_CODE = {"gproj": 0, "fa3": 1}
+
+
+def _poison() -> bool:
+    # Tests set GPROJ_DEBUG_POISON=1: outputs start as NaN so an element a kernel fails to write
+    # cannot pass for a result.
+    return os.environ.get("GPROJ_DEBUG_POISON") == "1"
+
+
+def _new(shape, dtype, device):
+    if _poison():
+        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+def _rowstat_shape(q: Tensor, varlen: bool, heads: int):
+    return (heads, q.shape[0]) if varlen else (q.shape[0], heads, q.shape[1])
+
+
+def _kernel_ready(t: Tensor) -> Tensor:
+    """The kernels read 16-byte chunks: rows, heads and batches must start 16-byte aligned."""
+    if t.data_ptr() % 16 == 0 and all(s % 8 == 0 for s in t.stride()[:-1]) and t.stride(-1) == 1:
+        return t
+    return t.contiguous()
+
+
+def _strides3(t: Tensor, varlen: bool):
+    s = t.stride()
+    return [0, s[0], s[1]] if varlen else [s[0], s[1], s[2]]
+
+
+def _params(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics):
+    C = _ext.extension()
+    reason = _ext.unavailable_reason(q.device.index)
+    if reason is not None:
+        raise RuntimeError(f"gproj_cuda cannot run on {q.device}: {reason}")
+    varlen = cu_q is not None
+    p = C.Params()
+    p.q, p.k, p.v = q.data_ptr(), k.data_ptr(), v.data_ptr()
+    p.q_stride, p.k_stride, p.v_stride = (_strides3(t, varlen) for t in (q, k, v))
+    p.batch = (cu_q.shape[0] - 1) if varlen else q.shape[0]
+    p.heads, p.heads_k, p.head_dim = q.shape[-2], k.shape[-2], q.shape[-1]
+    p.seqlen_q = max_q if varlen else q.shape[1]
+    p.seqlen_k = max_k if varlen else k.shape[1]
+    if varlen:
+        p.cu_seqlens_q, p.cu_seqlens_k = cu_q.data_ptr(), cu_k.data_ptr()
+        p.rs_batch_stride, p.rs_head_stride = 0, q.shape[0]
+    else:
+        p.rs_batch_stride, p.rs_head_stride = q.shape[2] * q.shape[1], q.shape[1]
+    p.softmax_scale = scale
+    p.window_left, p.window_right = wl, wr
+    p.dtype = 0 if q.dtype == torch.bfloat16 else 1
+    p.numerics = _NUMERICS_CODE[numerics]
+    p.device = q.device.index
+    p.stream = torch.cuda.current_stream(q.device).cuda_stream
+    return p
+
+
+def _empty_problem(q, k) -> bool:
+    return q.numel() == 0 or k.numel() == 0
+
+
+def forward_cuda(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics):
+    varlen = cu_q is not None
+    h = q.shape[-2]
+    rs = _rowstat_shape(q, varlen, h)
+    if _empty_problem(q, k):  # nothing to attend to: out 0, lse +inf, p = 0 in the backward
+        stats = torch.zeros(rs + (2,), dtype=torch.float32, device=q.device)
+        stats[..., 0] = math.inf
+        return (torch.zeros(q.shape, dtype=q.dtype, device=q.device),
+                torch.full(rs, math.inf, dtype=torch.float32, device=q.device), stats)
+    q, k, v = _kernel_ready(q), _kernel_ready(k), _kernel_ready(v)
+    shift = None
+    if numerics == "gproj":
+        k, shift = center_keys(k, cu_k)   # exact: softmax and GProj gradients are unchanged
+    out = _new(q.shape, q.dtype, q.device)
+    lse = _new(rs, torch.float32, q.device)
+    stats = _new(rs + (2,), torch.float32, q.device)
+    p = _params(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics)
+    p.out, p.o_stride = out.data_ptr(), _strides3(out, varlen)
+    p.lse, p.stats = lse.data_ptr(), stats.data_ptr()
+    if shift is not None:
+        shift = shift.contiguous()
+        p.k_shift = shift.data_ptr()
+    _ext.extension().forward(p)
+    return out, lse, stats
+
+
+def backward_cuda(dout, q, k, v, out, stats, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics,
+                  dk_accum: Optional[Tensor] = None):
+    """Kernel backward. ``dk_accum`` (fp32, k's shape, contiguous) receives dK before its final
+    rounding: where SPEC.md measures the keys' common gradient."""
+    varlen = cu_q is not None
+    dq = _new(q.shape, q.dtype, q.device)
+    dk = _new(k.shape, k.dtype, k.device)
+    dv = _new(v.shape, v.dtype, v.device)
+    if _empty_problem(q, k):
+        for t in (dq, dk, dv):
+            t.zero_()
+        if dk_accum is not None:
+            dk_accum.zero_()
+        return dq, dk, dv
+    q, k, v, out, dout = (_kernel_ready(t) for t in (q, k, v, out, dout))
+    if numerics == "gproj":
+        k, _ = center_keys(k, cu_k)   # the same exact shift the forward used
+    rowstate = torch.empty(stats.shape, dtype=torch.float32, device=q.device)
+    p = _params(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics)
+    p.stats, p.rowstate = stats.data_ptr(), rowstate.data_ptr()
+    p.out, p.o_stride = out.data_ptr(), _strides3(out, varlen)
+    p.dout, p.do_stride = dout.data_ptr(), _strides3(dout, varlen)
+    p.dq, p.dq_stride = dq.data_ptr(), _strides3(dq, varlen)
+    p.dk, p.dk_stride = dk.data_ptr(), _strides3(dk, varlen)
+    p.dv, p.dv_stride = dv.data_ptr(), _strides3(dv, varlen)
+    if dk_accum is not None:
+        assert dk_accum.shape == k.shape and dk_accum.dtype == torch.float32
+        assert dk_accum.stride() == dk.stride()
+        p.dk_accum = dk_accum.data_ptr()
+    _ext.extension().backward(p)
+    return dq, dk, dv
+
+
+# --------------------------------------------------------------------------------------------
+# The ops
+# --------------------------------------------------------------------------------------------
+
+@torch.library.custom_op("gproj::attention", mutates_args=())
+def attention(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor],
+              cu_seqlens_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int,
+              softmax_scale: float, window_left: int, window_right: int,
+              numerics: str) -> tuple[Tensor, Tensor, Tensor]:
+    """Attention forward. Returns (out, lse, stats); see the module docstring."""
+    if q.device.type == "cpu":
+        return emulate_forward(q, k, v, numerics=numerics, softmax_scale=softmax_scale,
+                               window_size=(window_left, window_right),
+                               cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
+    return forward_cuda(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                        softmax_scale, window_left, window_right, numerics)
+
+
+@attention.register_fake
+def _attention_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                    softmax_scale, window_left, window_right, numerics):
+    rs = _rowstat_shape(q, cu_seqlens_q is not None, q.shape[-2])
+    return (q.new_empty(q.shape), q.new_empty(rs, dtype=torch.float32),
+            q.new_empty(tuple(rs) + (2,), dtype=torch.float32))
+
+
+@torch.library.custom_op("gproj::attention_backward", mutates_args=())
+def attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor,
+                       stats: Tensor, cu_seqlens_q: Optional[Tensor],
+                       cu_seqlens_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int,
+                       softmax_scale: float, window_left: int, window_right: int,
+                       numerics: str) -> tuple[Tensor, Tensor, Tensor]:
+    """Attention backward from the forward's out and stats. Returns (dq, dk, dv)."""
+    if q.device.type == "cpu":
+        return emulate_backward(dout, q, k, v, out, stats, numerics=numerics,
+                                softmax_scale=softmax_scale,
+                                window_size=(window_left, window_right),
+                                cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
+    return backward_cuda(dout, q, k, v, out, stats, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                         max_seqlen_k, softmax_scale, window_left, window_right, numerics)
+
+
+@attention_backward.register_fake
+def _attention_backward_fake(dout, q, k, v, out, stats, cu_seqlens_q, cu_seqlens_k,
+                             max_seqlen_q, max_seqlen_k, softmax_scale, window_left,
+                             window_right, numerics):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics = inputs
+    out, lse, stats = output
+    ctx.save_for_backward(q, k, v, out, stats, cu_q, cu_k)
+    ctx.args = (max_q, max_k, scale, wl, wr, numerics)
+    ctx.mark_non_differentiable(lse, stats)
+
+
+def _backward(ctx, dout, _dlse, _dstats):
+    q, k, v, out, stats, cu_q, cu_k = ctx.saved_tensors
+    dq, dk, dv = torch.ops.gproj.attention_backward(dout, q, k, v, out, stats, cu_q, cu_k,
+                                                    *ctx.args)
+    return dq, dk, dv, None, None, None, None, None, None, None, None
+
+
+attention.register_autograd(_backward, setup_context=_setup_context)

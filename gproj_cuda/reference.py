@@ -1,0 +1,423 @@
+"""Float64 reference attention and a CPU emulation of the kernels' arithmetic.
+
+Two things live here, both pure PyTorch (CPU or GPU tensors, no extension needed):
+
+* ``attention`` / ``attention_grads``: exact attention and its exact gradients in float64 on the
+  given (already BF16/FP16-rounded) inputs. This is the yardstick every accuracy number is measured
+  against.
+* ``emulate`` (and its halves ``emulate_forward`` / ``emulate_backward``): the kernels' arithmetic
+  step by step, with the same roundings in the same places, in both numerics modes:
+
+  - ``"fa3"``: FlashAttention-3's arithmetic. ``p = exp2(fma(s, c, -max*c))`` with ``c = scale*log2(e)``
+    (one rounding, so the largest score gets ``exp2(residual)``, not ``exp2(0)``); BF16 ``P`` in
+    ``P·V``; backward recomputes ``p = exp2(fma(s, c, -lse_log2))``, ``delta = rowsum(dO ∘ O)``
+    from the BF16 output, ``dS`` cast to BF16 and fed to the GEMMs as is.
+  - ``"gproj"``: exact-max forward and the GProj backward epilogue (SPEC.md section 3).
+
+Layouts are those of the public API: dense ``q (B, Nq, H, d)``, ``k, v (B, Nk, Hk, d)``, or varlen
+``q (Tq, H, d)`` with ``cu_seqlens``. ``lse`` is ``(B, H, Nq)`` (varlen: ``(H, Tq)``), natural log,
+``+inf`` for rows that see no key. ``stats`` (emulator only) is the kernels' internal per-row
+softmax state ``[raw score max, log2(row sum)]``, shape ``lse.shape + (2,)``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterator, Optional
+
+import torch
+
+from .centering import center_keys
+from .masks import normalize_window, visible
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+NUMERICS = ("gproj", "fa3")
+
+# Score-matrix elements materialized at once (per chunk of heads); bounds host memory.
+_CHUNK_ELEMS = 1 << 24
+
+
+# --------------------------------------------------------------------------------------------
+# Layout plumbing shared by the reference and the emulator
+# --------------------------------------------------------------------------------------------
+
+def _segments(q, k, cu_seqlens_q, cu_seqlens_k) -> Iterator[tuple[int, slice, slice]]:
+    """Yield ``(batch_index, q_rows, k_rows)``: per sequence, the rows of q and k it owns.
+
+    Dense tensors are (B, N, H, d): the rows are the whole N axis of batch b. Varlen tensors are
+    (T, H, d): the rows are ``cu_seqlens[b]:cu_seqlens[b+1]``.
+    """
+    if cu_seqlens_q is None:
+        for b in range(q.shape[0]):
+            yield b, slice(0, q.shape[1]), slice(0, k.shape[1])
+    else:
+        cq = cu_seqlens_q.tolist()
+        ck = cu_seqlens_k.tolist()
+        for b in range(len(cq) - 1):
+            yield b, slice(cq[b], cq[b + 1]), slice(ck[b], ck[b + 1])
+
+
+def _take(x, b, rows, varlen):
+    """Rows of sequence b as (H, n, d)."""
+    seg = x[rows] if varlen else x[b, rows]
+    return seg.transpose(0, 1)
+
+
+def _put(dst, b, rows, varlen, val):
+    """Inverse of ``_take``: write (H, n, d) back into the layout."""
+    if varlen:
+        dst[rows] = val.transpose(0, 1)
+    else:
+        dst[b, rows] = val.transpose(0, 1)
+
+
+def _put_rowstat(dst, b, rows, varlen, val):
+    """Write a per-row (H, n, ...) statistic into lse/stats layout (B, H, N, ...) or (H, T, ...)."""
+    if varlen:
+        dst[:, rows] = val
+    else:
+        dst[b, :, rows] = val
+
+
+def _get_rowstat(src, b, rows, varlen):
+    return src[:, rows] if varlen else src[b, :, rows]
+
+
+def _kv_chunks(hk: int, group: int, nq: int, nk: int) -> Iterator[slice]:
+    """Chunks of kv heads so that one chunk's score matrices stay under ``_CHUNK_ELEMS``."""
+    per_kv = max(1, group * max(nq, 1) * max(nk, 1))
+    step = max(1, _CHUNK_ELEMS // per_kv)
+    for start in range(0, hk, step):
+        yield slice(start, min(hk, start + step))
+
+
+def _check_common(q, k, v, cu_seqlens_q, cu_seqlens_k):
+    varlen = cu_seqlens_q is not None
+    if (cu_seqlens_k is None) != (not varlen):
+        raise ValueError("cu_seqlens_q and cu_seqlens_k must be given together")
+    want = 3 if varlen else 4
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != want:
+            raise ValueError(f"{name} must have {want} dimensions, got shape {tuple(t.shape)}")
+    h, hk = q.shape[-2], k.shape[-2]
+    if h % hk:
+        raise ValueError(f"heads ({h}) must be a multiple of heads_k ({hk})")
+    return varlen, h, hk
+
+
+def default_scale(d: int, softmax_scale: Optional[float]) -> float:
+    return 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
+
+
+# --------------------------------------------------------------------------------------------
+# Float64 reference
+# --------------------------------------------------------------------------------------------
+
+def attention_grads(q, k, v, do=None, *, causal=False, softmax_scale=None, window_size=(-1, -1),
+                    cu_seqlens_q=None, cu_seqlens_k=None, compute_dtype=torch.float64):
+    """Exact attention (float64) and, if ``do`` is given, exact gradients.
+
+    Returns ``(out, lse, dq, dk, dv)`` in ``compute_dtype`` (the gradients are None without
+    ``do``). ``compute_dtype=torch.float32`` gives "FP32 attention" (inputs upcast, all math in
+    fp32), the baseline the numerics study compares against.
+    """
+    varlen, h, hk = _check_common(q, k, v, cu_seqlens_q, cu_seqlens_k)
+    g = h // hk
+    scale = default_scale(q.shape[-1], softmax_scale)
+    left, right = normalize_window(causal, window_size)
+    f64 = dict(dtype=compute_dtype, device=q.device)
+    out = torch.zeros(q.shape, **f64)
+    lse_shape = (h, q.shape[0]) if varlen else (q.shape[0], h, q.shape[1])
+    lse = torch.full(lse_shape, math.inf, **f64)
+    dq = torch.zeros(q.shape, **f64) if do is not None else None
+    dk = torch.zeros(k.shape, **f64) if do is not None else None
+    dv = torch.zeros(v.shape, **f64) if do is not None else None
+
+    for b, qr, kr in _segments(q, k, cu_seqlens_q, cu_seqlens_k):
+        qs, ks, vs = (_take(t, b, r, varlen).to(compute_dtype) for t, r in ((q, qr), (k, kr), (v, kr)))
+        nq, nk = qs.shape[1], ks.shape[1]
+        if nq == 0 or nk == 0:   # no query, or no key to see: out 0, lse +inf, grads 0
+            continue
+        keep = visible(nq, nk, left, right, q.device)
+        dos = _take(do, b, qr, varlen).to(compute_dtype) if do is not None else None
+        o_seg = torch.zeros_like(qs)
+        lse_seg = torch.full((h, nq), math.inf, **f64)
+        dq_seg = torch.zeros_like(qs)
+        dk_seg = torch.zeros_like(ks)
+        dv_seg = torch.zeros_like(vs)
+        for kc in _kv_chunks(hk, g, nq, nk):
+            hc = slice(kc.start * g, kc.stop * g)
+            qh = qs[hc]
+            kh = ks[kc].repeat_interleave(g, 0)
+            vh = vs[kc].repeat_interleave(g, 0)
+            s = scale * (qh @ kh.transpose(-1, -2))
+            s = s.masked_fill(~keep, -math.inf)
+            m = s.amax(-1, keepdim=True)
+            m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+            p = torch.exp(s - m)
+            l = p.sum(-1, keepdim=True)
+            p = p / torch.where(l > 0, l, torch.ones_like(l))
+            o_seg[hc] = p @ vh
+            lse_seg[hc] = torch.where(l[..., 0] > 0, (m + torch.log(l))[..., 0],
+                                      torch.full_like(l[..., 0], math.inf))
+            if dos is not None:
+                doh = dos[hc]
+                dp = doh @ vh.transpose(-1, -2)
+                delta = (p * dp).sum(-1, keepdim=True)
+                ds = p * (dp - delta)
+                dq_seg[hc] = scale * (ds @ kh)
+                dkh = scale * (ds.transpose(-1, -2) @ qh)
+                dvh = p.transpose(-1, -2) @ doh
+                dk_seg[kc] = dkh.unflatten(0, (-1, g)).sum(1)
+                dv_seg[kc] = dvh.unflatten(0, (-1, g)).sum(1)
+        _put(out, b, qr, varlen, o_seg)
+        _put_rowstat(lse, b, qr, varlen, lse_seg)
+        if do is not None:
+            _put(dq, b, qr, varlen, dq_seg)
+            _put(dk, b, kr, varlen, dk_seg)
+            _put(dv, b, kr, varlen, dv_seg)
+    return out, lse, dq, dk, dv
+
+
+def attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1),
+              cu_seqlens_q=None, cu_seqlens_k=None, return_lse=False):
+    """Exact float64 attention output (and natural-log LSE with ``return_lse``)."""
+    out, lse, *_ = attention_grads(q, k, v, None, causal=causal, softmax_scale=softmax_scale,
+                                   window_size=window_size, cu_seqlens_q=cu_seqlens_q,
+                                   cu_seqlens_k=cu_seqlens_k)
+    return (out, lse) if return_lse else out
+
+
+# --------------------------------------------------------------------------------------------
+# CPU emulation of the kernels' arithmetic
+# --------------------------------------------------------------------------------------------
+
+def _f32(x: float) -> torch.Tensor:
+    return torch.tensor(x, dtype=torch.float32)
+
+
+def _fma(a, b, c):
+    """fp32 fused multiply-add: exact a*b + c, rounded once to fp32.
+
+    The product of two fp32 values is exact in float64 (48 significant bits), so one float64
+    multiply-add followed by a rounding to fp32 is the fused operation up to a double-rounding
+    tie that cannot change anything measured here.
+    """
+    return (a.double() * b.double() + c.double()).float()
+
+
+def _scale_log2(scale: float) -> torch.Tensor:
+    # The kernels form c = scale * log2(e) as an fp32 product of two fp32 constants.
+    return _f32(scale) * _f32(LOG2E)
+
+
+def _forward_probs(s, m, c, numerics):
+    """Unnormalized probabilities of the forward pass for raw fp32 scores ``s`` and row max ``m``.
+
+    gproj: the raw max is subtracted first (exact for the maximal element; for every element the
+           rounding is relative to the *difference*, not to the possibly huge score), then scaled:
+           the maximal element gets exactly exp2(0) = 1.
+    fa3:   one fused multiply-add against the rounded scaled max; for the maximal element the
+           exponent is the rounding residual of m*c, i.e. up to half an ulp of a large number.
+    """
+    if numerics == "gproj":
+        return torch.exp2((s - m) * c)
+    return torch.exp2(_fma(s, c, -(m * c)))
+
+
+def _backward_probs(s, m, log2l, c, numerics):
+    """Normalized probabilities recomputed in the backward pass from the saved row statistics."""
+    if numerics == "gproj":
+        return torch.exp2(_fma(s - m, c, -log2l))
+    lse_log2 = m * c + log2l  # FA3 keeps one fp32 log-sum-exp per row
+    return torch.exp2(_fma(s, c, -lse_log2))
+
+
+def _grad_gemm_dtype(dtype, numerics):
+    """Operand type of the gradient GEMMs (dQ = dS~ K, dK = dS~ᵀ Q, dV = P~ᵀ dO, corrections).
+
+    FP16 has 5 exponent bits. On the stress grid (qmean 16) the probabilities and score
+    gradients of most keys are far below FP16's normal range (p ~ 2^-58): rounded to FP16 they
+    flush to zero, and dK/dV of most keys lose every bit (median error 100%), while dQ rows of
+    very sharp attention lose their small terms (17% at d=128; emulator, N=192). In gproj mode
+    the gradient GEMMs therefore take BF16 operands for FP16 inputs too (P~, dS~ and BF16 copies
+    of Q, dO and the centered K). Centering is what makes the BF16 copy of K harmless: it rounds
+    the keys' spread, not their mean. S and dP still come from the FP16 inputs, so P is exactly
+    the forward's. ``fa3`` mode keeps FA3's arithmetic in the input type.
+    """
+    return torch.bfloat16 if numerics == "gproj" else dtype
+
+
+def _gproj_lambda(ds_t, p_t):
+    """lambda_i = r_i / s_i: fp32 row sums of the rounded dS~ and P~ (0 where s_i = 0)."""
+    r = ds_t.sum(-1, keepdim=True)
+    s = p_t.sum(-1, keepdim=True)
+    return torch.where(s > 0, r / torch.where(s > 0, s, torch.ones_like(s)), torch.zeros_like(r))
+
+
+def _expand_kv(x, g):
+    return x.repeat_interleave(g, 0)
+
+
+def emulate_forward(q, k, v, *, numerics="gproj", causal=False, softmax_scale=None,
+                    window_size=(-1, -1), cu_seqlens_q=None, cu_seqlens_k=None):
+    """The forward kernel's arithmetic. Returns ``(out, lse, stats)``.
+
+    ``out`` has q's dtype, ``lse`` is fp32 natural log, ``stats[..., 0]`` the raw (unscaled) score
+    max and ``stats[..., 1]`` log2 of the row sum of unnormalized probabilities; rows that see no
+    key get ``stats = (+inf, 0)`` so that the backward recomputes p = 0 for them. In gproj mode
+    the scores are those of the centered keys (``centering.py``); ``lse`` is of the user's keys.
+    """
+    if numerics not in NUMERICS:
+        raise ValueError(f"numerics must be one of {NUMERICS}, got {numerics!r}")
+    varlen, h, hk = _check_common(q, k, v, cu_seqlens_q, cu_seqlens_k)
+    g = h // hk
+    scale = default_scale(q.shape[-1], softmax_scale)
+    c = _scale_log2(scale)
+    left, right = normalize_window(causal, window_size)
+    out = torch.zeros_like(q)
+    lse_shape = (h, q.shape[0]) if varlen else (q.shape[0], h, q.shape[1])
+    lse = torch.full(lse_shape, math.inf, dtype=torch.float32, device=q.device)
+    stats = torch.zeros(lse_shape + (2,), dtype=torch.float32, device=q.device)
+    stats[..., 0] = math.inf
+    shift = None
+    if numerics == "gproj":
+        k, shift = center_keys(k, cu_seqlens_k)
+
+    for b, qr, kr in _segments(q, k, cu_seqlens_q, cu_seqlens_k):
+        qs, ks, vs = (_take(t, b, r, varlen).float() for t, r in ((q, qr), (k, kr), (v, kr)))
+        nq, nk = qs.shape[1], ks.shape[1]
+        if nq == 0 or nk == 0:   # out 0, lse +inf, stats (+inf, 0) as initialized
+            continue
+        keep = visible(nq, nk, left, right, q.device)
+        o_seg = torch.zeros(h, nq, q.shape[-1], dtype=q.dtype, device=q.device)
+        st_seg = torch.zeros(h, nq, 2, dtype=torch.float32, device=q.device)
+        for kc in _kv_chunks(hk, g, nq, nk):
+            hc = slice(kc.start * g, kc.stop * g)
+            s = qs[hc] @ _expand_kv(ks[kc], g).transpose(-1, -2)       # fp32 accumulation
+            s = s.masked_fill(~keep, -math.inf)
+            m = s.amax(-1, keepdim=True)
+            empty = m == -math.inf
+            m_safe = torch.where(empty, torch.zeros_like(m), m)
+            p = _forward_probs(s, m_safe, c, numerics)
+            p = p.masked_fill(~keep, 0.0)
+            l = p.sum(-1, keepdim=True)                                  # fp32 sum of fp32 p
+            pv = p.to(q.dtype).float() @ _expand_kv(vs[kc], g)           # BF16 P in P·V
+            inv_l = torch.where(l > 0, 1.0 / l, torch.zeros_like(l))
+            o_seg[hc] = (pv * inv_l).to(q.dtype)
+            st_seg[hc, :, 0] = torch.where(empty, torch.full_like(m, math.inf), m)[..., 0]
+            st_seg[hc, :, 1] = torch.where(empty, torch.zeros_like(l), torch.log2(l))[..., 0]
+        _put(out, b, qr, varlen, o_seg)
+        _put_rowstat(stats, b, qr, varlen, st_seg)
+        lse_seg = stats_to_lse(st_seg, scale)
+        if shift is not None:
+            # Scores were taken against centered keys: add back alpha * (q_i . c), in fp32.
+            qc = (qs * _expand_kv(shift[b].float(), g).unsqueeze(1)).sum(-1)
+            lse_seg = lse_seg + _f32(scale) * qc
+        _put_rowstat(lse, b, qr, varlen, lse_seg)
+    return out, lse, stats
+
+
+def stats_to_lse(stats: torch.Tensor, scale: float) -> torch.Tensor:
+    """Natural-log LSE from the kernels' row statistics (fp32, as the kernels compute it)."""
+    m, log2l = stats[..., 0], stats[..., 1]
+    c = _scale_log2(scale).to(stats.device)
+    lse = (m * c + log2l) * _f32(LN2).to(stats.device)
+    return torch.where(torch.isinf(m) & (m > 0), torch.full_like(lse, math.inf), lse)
+
+
+def emulate_backward(do, q, k, v, out, stats, *, numerics="gproj", causal=False,
+                     softmax_scale=None, window_size=(-1, -1), cu_seqlens_q=None,
+                     cu_seqlens_k=None, fp32_grads=False):
+    """The backward kernels' arithmetic. Returns ``(dq, dk, dv)``.
+
+    In the input dtype, or in fp32 with ``fp32_grads=True`` (the values before the final store,
+    which is where the SPEC's Σ_j dK_j bar is measured).
+    """
+    if numerics not in NUMERICS:
+        raise ValueError(f"numerics must be one of {NUMERICS}, got {numerics!r}")
+    varlen, h, hk = _check_common(q, k, v, cu_seqlens_q, cu_seqlens_k)
+    g = h // hk
+    scale = default_scale(q.shape[-1], softmax_scale)
+    c = _scale_log2(scale)
+    alpha = _f32(scale)
+    left, right = normalize_window(causal, window_size)
+    gdt = torch.float32 if fp32_grads else q.dtype
+    dq = torch.zeros(q.shape, dtype=gdt, device=q.device)
+    dk = torch.zeros(k.shape, dtype=gdt, device=q.device)
+    dv = torch.zeros(v.shape, dtype=gdt, device=q.device)
+    if numerics == "gproj":
+        k, _ = center_keys(k, cu_seqlens_k)   # the same exact shift as the forward
+    gt = _grad_gemm_dtype(q.dtype, numerics)
+
+    for b, qr, kr in _segments(q, k, cu_seqlens_q, cu_seqlens_k):
+        qs, ks, vs = (_take(t, b, r, varlen).float() for t, r in ((q, qr), (k, kr), (v, kr)))
+        dos = _take(do, b, qr, varlen).float()
+        os_ = _take(out, b, qr, varlen).float()
+        st = _get_rowstat(stats, b, qr, varlen)
+        nq, nk = qs.shape[1], ks.shape[1]
+        dq_seg = torch.zeros(h, nq, q.shape[-1], dtype=torch.float32, device=q.device)
+        dk_seg = torch.zeros(hk, nk, k.shape[-1], dtype=torch.float32, device=q.device)
+        dv_seg = torch.zeros(hk, nk, v.shape[-1], dtype=torch.float32, device=q.device)
+        if nq > 0 and nk > 0:
+            keep = visible(nq, nk, left, right, q.device)
+            # delta_i = sum_d dO_id * O_id from the output as stored (both modes).
+            delta = (dos * os_).sum(-1, keepdim=True)
+            for kc in _kv_chunks(hk, g, nq, nk):
+                hc = slice(kc.start * g, kc.stop * g)
+                qh, doh = qs[hc], dos[hc]
+                kh, vh = _expand_kv(ks[kc], g), _expand_kv(vs[kc], g)
+                s = (qh @ kh.transpose(-1, -2)).masked_fill(~keep, -math.inf)
+                p = _backward_probs(s, st[hc, :, 0:1], st[hc, :, 1:2], c, numerics)
+                p = p.masked_fill(~keep, 0.0)
+                dp = doh @ vh.transpose(-1, -2)
+                ds = p * (dp - delta[hc])
+                # The gradient GEMMs consume dS~ = round(dS) and P~ = round(P) in type gt.
+                ds_t = ds.to(gt).float()
+                p_t = p.to(gt).float()
+                k_g, q_g, do_g = (t.to(gt).float() for t in (kh, qh, doh))
+                # lambda_i = r_i / s_i over exactly the values the GEMMs consume; the corrections
+                # are separate GEMMs combined in fp32, never re-rounded through dS~ - lambda P~.
+                lam = _gproj_lambda(ds_t, p_t) if numerics == "gproj" else None
+                # dQ (Q-outer pass), against the (centered) keys.
+                dq_acc = ds_t @ k_g
+                if numerics == "gproj":
+                    dq_acc = dq_acc - lam * (p_t @ k_g)
+                # dK, dV (KV-outer pass).
+                if numerics == "gproj":
+                    # dK = α Aᵀ Q with A = dS~ - λ P~ formed in fp32 (rows sum to zero to fp32
+                    # rounding) and fed to the tensor cores as three rounded parts
+                    # A = A_hi + A_mid + A_lo (~24 bits), so the keys' common gradient vanishes to
+                    # ~2^-25 of |A||Q|. Measured alternatives (emulator, stress grid): the SPEC's
+                    # P~ᵀ bf16(λ∘Q) leaves 2^-9 of the removed leak (Σ dK residual up to 3e-3);
+                    # a hi/lo split of λ∘Q leaves 2^-17 of it (6e-2 when FP16 rows are so sharp
+                    # that the leak dwarfs dK); a two-part split of A leaves 2^-17 of |A||Q|
+                    # (1.5e-5 with a large query mean). All miss the 1e-5 bar somewhere.
+                    a = _fma(-lam, p_t, ds_t)
+                    a_hi = a.to(gt).float()
+                    r1 = a - a_hi
+                    a_mid = r1.to(gt).float()
+                    a_lo = (r1 - a_mid).to(gt).float()
+                    dk_acc = (a_hi.transpose(-1, -2) @ q_g + a_mid.transpose(-1, -2) @ q_g
+                              + a_lo.transpose(-1, -2) @ q_g)
+                else:
+                    dk_acc = ds_t.transpose(-1, -2) @ q_g
+                dv_acc = p_t.transpose(-1, -2) @ do_g
+                dq_seg[hc] = alpha * dq_acc
+                dk_seg[kc] = (alpha * dk_acc).unflatten(0, (-1, g)).sum(1)
+                dv_seg[kc] = dv_acc.unflatten(0, (-1, g)).sum(1)
+        _put(dq, b, qr, varlen, dq_seg.to(gdt))
+        _put(dk, b, kr, varlen, dk_seg.to(gdt))
+        _put(dv, b, kr, varlen, dv_seg.to(gdt))
+    return dq, dk, dv
+
+
+def emulate(q, k, v, do, *, numerics="gproj", causal=False, softmax_scale=None,
+            window_size=(-1, -1), cu_seqlens_q=None, cu_seqlens_k=None, fp32_grads=False):
+    """Forward and backward kernel arithmetic on the CPU: ``(out, lse, dq, dk, dv)``."""
+    kw = dict(numerics=numerics, causal=causal, softmax_scale=softmax_scale,
+              window_size=window_size, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
+    out, lse, stats = emulate_forward(q, k, v, **kw)
+    dq, dk, dv = emulate_backward(do, q, k, v, out, stats, fp32_grads=fp32_grads, **kw)
+    return out, lse, dq, dk, dv

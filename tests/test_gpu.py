@@ -1,0 +1,283 @@
+"""The CUDA kernels against the float64 reference and the CPU emulation of their arithmetic.
+
+Every op output starts as NaN (GPROJ_DEBUG_POISON=1, conftest.py); inputs are fresh random
+draws. Skipped without a usable GPU and the compiled extension.
+"""
+
+import itertools
+import math
+
+import pytest
+import torch
+
+import gproj_cuda
+from gproj_cuda import reference
+from gproj_cuda.metrics import row_rel_err, stress_inputs, sum_dk_rel
+from gproj_cuda.ops import backward_cuda, forward_cuda
+
+pytestmark = pytest.mark.gpu
+DEV = "cuda"
+DTYPES = [torch.bfloat16, torch.float16]
+HDIMS = [64, 128, 256]
+
+
+def rand(*shape, dtype=torch.bfloat16, scale=1.0, g=None):
+    return (torch.randn(*shape, generator=g, device=DEV) * scale).to(dtype)
+
+
+def run_kernels(q, k, v, do, *, numerics="gproj", causal=False, window=(-1, -1), scale=None,
+                cu_q=None, cu_k=None, max_q=None, max_k=None):
+    """Forward + backward through the kernels; dK also in fp32 before its final rounding."""
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    wl, wr = window[0], (0 if causal else window[1])
+    varlen = cu_q is not None
+    mq = max_q if varlen else q.shape[1]
+    mk = max_k if varlen else k.shape[1]
+    out, lse, stats = forward_cuda(q, k, v, cu_q, cu_k, mq, mk, scale, wl, wr, numerics)
+    dk32 = torch.full(k.shape, float("nan"), dtype=torch.float32, device=DEV)
+    dq, dk, dv = backward_cuda(do, q, k, v, out, stats, cu_q, cu_k, mq, mk, scale, wl, wr,
+                               numerics, dk_accum=dk32)
+    torch.cuda.synchronize()
+    return out, lse, dq, dk, dv, dk32
+
+
+def check_close_to_emulator(q, k, v, do, got, *, numerics, causal=False, window=(-1, -1),
+                            scale=None, cu_q=None, cu_k=None, slack=1.5):
+    """Kernel error vs float64 <= slack x the emulator's error (+ a floor), every output."""
+    kw = dict(causal=causal, softmax_scale=scale, window_size=window, cu_seqlens_q=cu_q,
+              cu_seqlens_k=cu_k)
+    ref = reference.attention_grads(q, k, v, do, **kw)
+    emu = reference.emulate(q, k, v, do, numerics=numerics, fp32_grads=True, **kw)
+    out, lse, dq, dk, dv, dk32 = got
+    for name, g, e, r in (("out", out, emu[0], ref[0]), ("dq", dq, emu[2], ref[2]),
+                          ("dk", dk32, emu[3], ref[3]), ("dv", dv, emu[4], ref[4])):
+        assert torch.isfinite(g.float()).all(), f"{name}: non-finite (unwritten?) values"
+        eg, ee = row_rel_err(g, r), row_rel_err(e, r)
+        assert eg <= slack * ee + 2e-4, f"{name}: kernel error {eg:.3e} vs emulator {ee:.3e}"
+    # LSE: finite rows agree with the reference to fp32 accuracy of large numbers
+    fin = torch.isfinite(ref[1])
+    assert torch.equal(torch.isfinite(lse), fin), "lse: +inf rows differ from the reference"
+    torch.testing.assert_close(lse[fin].double(), ref[1][fin], rtol=2e-5, atol=2e-4)
+    return ref, emu
+
+
+# ---------------------------------------------------------------------------------------------
+# features
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "fp16"])
+@pytest.mark.parametrize("d", HDIMS)
+@pytest.mark.parametrize("numerics", ["gproj", "fa3"])
+@pytest.mark.parametrize("causal,window", [(False, (-1, -1)), (True, (-1, -1)), (False, (48, 16))],
+                         ids=["full", "causal", "window"])
+def test_features_dense(dtype, d, numerics, causal, window):
+    g = torch.Generator(device=DEV).manual_seed(d * 7 + int(causal))
+    b, nq, nk, h, hk = 2, 257, 300, 4, 2
+    q = rand(b, nq, h, d, dtype=dtype, g=g)
+    k = rand(b, nk, hk, d, dtype=dtype, g=g)
+    v = rand(b, nk, hk, d, dtype=dtype, g=g)
+    do = rand(b, nq, h, d, dtype=dtype, g=g)
+    got = run_kernels(q, k, v, do, numerics=numerics, causal=causal, window=window)
+    check_close_to_emulator(q, k, v, do, got, numerics=numerics, causal=causal, window=window)
+
+
+@pytest.mark.parametrize("nq,nk", [(1, 1), (17, 17), (1, 1000), (1000, 17), (4097, 4097),
+                                   (64, 0), (129, 128)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_sequence_lengths(nq, nk, causal):
+    g = torch.Generator(device=DEV).manual_seed(nq * 31 + nk)
+    d = 64
+    q, do = rand(1, nq, 2, d, g=g), rand(1, nq, 2, d, g=g)
+    k, v = rand(1, nk, 1, d, g=g, scale=2.0), rand(1, nk, 1, d, g=g)
+    got = run_kernels(q, k, v, do, causal=causal)
+    if nk == 0:
+        out, lse, dq, dk, dv, _ = got
+        assert (out == 0).all() and torch.isinf(lse).all() and (dq == 0).all()
+        return
+    check_close_to_emulator(q, k, v, do, got, numerics="gproj", causal=causal)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "fp16"])
+def test_varlen_with_empty_sequences(dtype):
+    g = torch.Generator(device=DEV).manual_seed(5)
+    lq, lk = [0, 77, 1, 300, 0, 129], [5, 90, 0, 300, 0, 64]
+    cu_q = torch.tensor([0] + list(itertools.accumulate(lq)), dtype=torch.int32, device=DEV)
+    cu_k = torch.tensor([0] + list(itertools.accumulate(lk)), dtype=torch.int32, device=DEV)
+    d, h, hk = 128, 4, 1
+    q, do = rand(sum(lq), h, d, dtype=dtype, g=g), rand(sum(lq), h, d, dtype=dtype, g=g)
+    k = rand(sum(lk), hk, d, dtype=dtype, g=g, scale=3.0) + 20
+    v = rand(sum(lk), hk, d, dtype=dtype, g=g)
+    for causal in (False, True):
+        got = run_kernels(q, k, v, do, causal=causal, cu_q=cu_q, cu_k=cu_k, max_q=max(lq),
+                          max_k=max(lk))
+        check_close_to_emulator(q, k, v, do, got, numerics="gproj", causal=causal, cu_q=cu_q,
+                                cu_k=cu_k)
+
+
+def test_api_varlen_matches_dense_per_sequence():
+    g = torch.Generator(device=DEV).manual_seed(6)
+    lens = [33, 200, 1]
+    cu = torch.tensor([0, 33, 233, 234], dtype=torch.int32, device=DEV)
+    q, k, v = (rand(234, 2, 64, g=g).requires_grad_() for _ in range(3))
+    out = gproj_cuda.attention_varlen(q, k, v, cu, cu, 200, 200, causal=True)
+    out.backward(torch.ones_like(out))
+    for b, n in enumerate(lens):
+        s = int(cu[b])
+        qb, kb, vb = (t.detach()[s:s + n][None].clone().requires_grad_() for t in (q, k, v))
+        ob = gproj_cuda.attention(qb, kb, vb, causal=True)
+        ob.backward(torch.ones_like(ob))
+        torch.testing.assert_close(out[s:s + n], ob[0], rtol=0, atol=0)
+        torch.testing.assert_close(q.grad[s:s + n], qb.grad[0], rtol=0, atol=0)
+        torch.testing.assert_close(k.grad[s:s + n], kb.grad[0], rtol=0, atol=0)
+
+
+def test_non_contiguous_inputs_match_contiguous():
+    g = torch.Generator(device=DEV).manual_seed(7)
+    qkv = rand(2, 300, 3, 6, 64, g=g)                  # packed: strides skip the other two
+    q, k, v = qkv.unbind(2)
+    assert not q.is_contiguous()
+    do = rand(2, 300, 6, 64, g=g)
+    a = run_kernels(q, k, v, do, causal=True)
+    b = run_kernels(q.contiguous(), k.contiguous(), v.contiguous(), do, causal=True)
+    for x, y in zip(a, b):
+        assert torch.equal(x, y)
+
+
+def test_gqa_and_mqa():
+    g = torch.Generator(device=DEV).manual_seed(8)
+    for hk in (8, 2, 1):
+        q, do = rand(1, 200, 8, 64, g=g), rand(1, 200, 8, 64, g=g)
+        k, v = rand(1, 200, hk, 64, g=g), rand(1, 200, hk, 64, g=g)
+        got = run_kernels(q, k, v, do, causal=True)
+        check_close_to_emulator(q, k, v, do, got, numerics="gproj", causal=True)
+
+
+def test_deterministic_bitwise():
+    g = torch.Generator(device=DEV).manual_seed(9)
+    q, k, v, do = (rand(2, 1000, 4, 128, g=g) for _ in range(4))
+    a = run_kernels(q, k, v, do, causal=True)
+    b = run_kernels(q, k, v, do, causal=True)
+    for x, y in zip(a, b):
+        assert torch.equal(x, y)
+
+
+# ---------------------------------------------------------------------------------------------
+# numerics: SPEC.md section 5
+# ---------------------------------------------------------------------------------------------
+
+GRID_POINTS = [(0, 0, 1), (32, 0, 16), (256, 16, 1), (1024, 0, 32), (1024, 16, 16),
+               (1024, 16, 32)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "fp16"])
+@pytest.mark.parametrize("d", HDIMS)
+@pytest.mark.parametrize("causal", [False, True])
+def test_gproj_bars_stress_points(dtype, d, causal):
+    """gproj: dQ, dK median error <= 0.5%, Σ_j dK_j residual <= 1e-5, O within 2x of FP32."""
+    for i, (km, qm, qs) in enumerate(GRID_POINTS):
+        q, k, v, do = stress_inputs(1, 1024, 2, d, kmean=km, qmean=qm, qscale=qs, dtype=dtype,
+                                    device=DEV, seed=1000 + i)
+        out, lse, dq, dk, dv, dk32 = run_kernels(q, k, v, do, causal=causal)
+        ref = reference.attention_grads(q, k, v, do, causal=causal)
+        fp32_o = ref[0].float().to(dtype)                       # FP32 attention rounded
+        e_dq, e_dk = row_rel_err(dq, ref[2]), row_rel_err(dk32, ref[3])
+        assert e_dq <= 0.005 and e_dk <= 0.005, (km, qm, qs, e_dq, e_dk)
+        assert sum_dk_rel(dk32) <= max(1e-5, 10 * sum_dk_rel(ref[3])), (km, qm, qs)
+        assert row_rel_err(out, ref[0]) <= 2 * row_rel_err(fp32_o, ref[0]) + 1e-4
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "fp16"])
+def test_fa3_mode_matches_fa3_emulation(dtype):
+    for i, (km, qm, qs) in enumerate(GRID_POINTS):
+        q, k, v, do = stress_inputs(1, 1024, 2, 128, kmean=km, qmean=qm, qscale=qs, dtype=dtype,
+                                    device=DEV, seed=2000 + i)
+        got = run_kernels(q, k, v, do, numerics="fa3")
+        ref = reference.attention_grads(q, k, v, do)
+        emu = reference.emulate(q, k, v, do, numerics="fa3", fp32_grads=True)
+        for name, gi, ei in (("dq", 2, 2), ("dk", 5, 3)):
+            eg, ee = row_rel_err(got[gi], ref[name == "dk" and 3 or 2]), row_rel_err(emu[ei], ref[ei])
+            assert eg <= 2 * ee + 1e-3, (name, km, qm, qs, eg, ee)
+
+
+def test_fma_edge_case_kernel():
+    x = torch.full((1, 256, 2, 64), 133120.0, device=DEV).bfloat16()
+    do = rand(1, 256, 2, 64)
+    o_fa3 = run_kernels(x, x, x, do, numerics="fa3")[0]
+    o_gp, lse, dq, dk, dv, _ = run_kernels(x, x, x, do, numerics="gproj")
+    assert torch.isnan(o_fa3.float()).any()
+    assert torch.equal(o_gp, x) and torch.isfinite(lse).all()
+    assert all(torch.isfinite(t.float()).all() for t in (dq, dk, dv))
+
+
+# ---------------------------------------------------------------------------------------------
+# PyTorch integration
+# ---------------------------------------------------------------------------------------------
+
+def test_opcheck_cuda():
+    g = torch.Generator(device=DEV).manual_seed(10)
+    q, k, v = (rand(1, 130, 2, 64, g=g).requires_grad_() for _ in range(3))
+    args = (q, k, v, None, None, 130, 130, 0.125, -1, 0, "gproj")
+    torch.library.opcheck(torch.ops.gproj.attention.default, args)
+    out, lse, stats = torch.ops.gproj.attention(*args)
+    bargs = (torch.randn_like(out), q.detach(), k.detach(), v.detach(), out.detach(), stats, None,
+             None, 130, 130, 0.125, -1, 0, "gproj")
+    torch.library.opcheck(torch.ops.gproj.attention_backward.default, bargs)
+
+
+class TinyBlock(torch.nn.Module):
+    def __init__(self, d=64, h=4):
+        super().__init__()
+        self.h = h
+        self.qkv = torch.nn.Linear(d * h, 3 * d * h, dtype=torch.bfloat16)
+        self.o = torch.nn.Linear(d * h, d * h, dtype=torch.bfloat16)
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.h, -1).unbind(2)
+        y = gproj_cuda.attention(q, k, v, causal=True)
+        return self.o(y.reshape(b, n, -1))
+
+
+def test_torch_compile_fullgraph_and_grads():
+    torch.manual_seed(0)
+    m = TinyBlock().to(DEV)
+    x = torch.randn(2, 128, 256, device=DEV, dtype=torch.bfloat16)
+    ref_out = m(x)
+    ref_out.float().square().mean().backward()
+    ref_grads = [p.grad.clone() for p in m.parameters()]
+    m.zero_grad()
+    cm = torch.compile(m, fullgraph=True)
+    out = cm(x)
+    out.float().square().mean().backward()
+    torch.testing.assert_close(out, ref_out, rtol=0, atol=0)
+    for p, r in zip(m.parameters(), ref_grads):
+        torch.testing.assert_close(p.grad, r, rtol=1e-2, atol=1e-3)
+
+
+def test_cuda_graph_capture_and_replay():
+    g = torch.Generator(device=DEV).manual_seed(11)
+    q, k, v = (rand(2, 256, 4, 64, g=g).requires_grad_() for _ in range(3))
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm-up outside capture
+        for _ in range(2):
+            out = gproj_cuda.attention(q, k, v, causal=True)
+            out.backward(torch.ones_like(out))
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    q.grad = k.grad = v.grad = None
+    with torch.cuda.graph(graph):
+        out = gproj_cuda.attention(q, k, v, causal=True)
+        out.backward(torch.ones_like(out))
+    for _ in range(2):
+        with torch.no_grad():
+            for t in (q, k, v):
+                t.copy_(torch.randn(t.shape, generator=g, device=DEV).to(t.dtype))
+        q.grad.zero_(), k.grad.zero_(), v.grad.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        qe, ke, ve = (t.detach().clone().requires_grad_() for t in (q, k, v))
+        oe = gproj_cuda.attention(qe, ke, ve, causal=True)
+        oe.backward(torch.ones_like(oe))
+        torch.testing.assert_close(out, oe, rtol=0, atol=0)
+        torch.testing.assert_close(q.grad, qe.grad, rtol=0, atol=0)

@@ -1,0 +1,118 @@
+"""Every bad input gets a clear error naming the argument (CPU tensors: runs without a GPU)."""
+
+import pytest
+import torch
+
+import gproj_cuda
+
+
+def qkv(b=1, n=16, h=2, hk=2, d=64, dtype=torch.bfloat16):
+    return (torch.randn(b, n, h, d).to(dtype), torch.randn(b, n, hk, d).to(dtype),
+            torch.randn(b, n, hk, d).to(dtype))
+
+
+def test_happy_path_runs_on_cpu_emulator():
+    q, k, v = qkv()
+    out, lse = gproj_cuda.attention(q, k, v, causal=True, return_lse=True)
+    assert out.shape == q.shape and lse.shape == (1, 2, 16) and torch.isfinite(out.float()).all()
+
+
+@pytest.mark.parametrize("bad,exc,match", [
+    (lambda q, k, v: (q.float(), k.float(), v.float()), TypeError, "bfloat16 or torch.float16"),
+    (lambda q, k, v: (q, k.half(), v), TypeError, "share one dtype"),
+    (lambda q, k, v: (q[0], k, v), ValueError, "q must have 4 dimensions"),
+    (lambda q, k, v: (q, k[:, :8], v), ValueError, "k and v must have the same shape"),
+    (lambda q, k, v: (q[..., :32], k[..., :32], v[..., :32]), ValueError, "head_dim 32"),
+    (lambda q, k, v: (q, k[..., :32], v[..., :32]), ValueError, "share head_dim"),
+    (lambda q, k, v: (q.transpose(-1, -2).contiguous().transpose(-1, -2), k, v), ValueError,
+     "contiguous in its last"),
+    (lambda q, k, v: (torch.cat([q, q], 0), k, v), ValueError, "batch size"),
+    (lambda q, k, v: (torch.cat([q, q[:, :, :1]], 2), k, v), ValueError, "multiple of heads_k"),
+    (lambda q, k, v: (q.numpy() if False else "q", k, v), TypeError, "q must be a torch.Tensor"),
+])
+def test_bad_tensors(bad, exc, match):
+    q, k, v = bad(*qkv())
+    with pytest.raises(exc, match=match):
+        gproj_cuda.attention(q, k, v)
+
+
+@pytest.mark.parametrize("kw,exc,match", [
+    (dict(numerics="fp32"), ValueError, "numerics must be one of"),
+    (dict(window_size=(-2, 0)), ValueError, "window_size entries must be >= -1"),
+    (dict(window_size=(1,)), ValueError, "pair of ints"),
+    (dict(softmax_scale=0.0), ValueError, "softmax_scale must be finite and > 0"),
+    (dict(softmax_scale=float("nan")), ValueError, "softmax_scale"),
+    (dict(softmax_scale="big"), TypeError, "softmax_scale"),
+    (dict(causal=1), TypeError, "causal must be a bool"),
+])
+def test_bad_arguments(kw, exc, match):
+    q, k, v = qkv()
+    with pytest.raises(exc, match=match):
+        gproj_cuda.attention(q, k, v, **kw)
+
+
+def test_device_mismatch():
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match="one device"):
+        gproj_cuda.attention(q, k.to("meta"), v)
+
+
+def varlen_inputs():
+    cu = torch.tensor([0, 5, 5, 12], dtype=torch.int32)
+    q = torch.randn(12, 2, 64).bfloat16()
+    return q, q.clone(), q.clone(), cu
+
+
+@pytest.mark.parametrize("mutate,exc,match", [
+    (lambda cu: cu.long(), TypeError, "torch.int32"),
+    (lambda cu: cu[None], ValueError, "1-D"),
+    (lambda cu: cu[:1], ValueError, "batch \\+ 1 >= 2"),
+    (lambda cu: torch.tensor([1, 5, 5, 12], dtype=torch.int32), ValueError, r"\[0\] must be 0"),
+    (lambda cu: torch.tensor([0, 6, 5, 12], dtype=torch.int32), ValueError, "non-decreasing"),
+    (lambda cu: torch.tensor([0, 5, 5, 13], dtype=torch.int32), ValueError, "exceeds the 12 rows"),
+    (lambda cu: cu.to("meta"), ValueError, "must be on cpu"),
+])
+def test_bad_cu_seqlens(mutate, exc, match):
+    q, k, v, cu = varlen_inputs()
+    with pytest.raises(exc, match=match):
+        gproj_cuda.attention_varlen(q, k, v, mutate(cu), cu, 7, 7)
+
+
+def test_max_seqlen_too_small_and_length_mismatch():
+    q, k, v, cu = varlen_inputs()
+    with pytest.raises(ValueError, match="max_seqlen_q = 6 is smaller"):
+        gproj_cuda.attention_varlen(q, k, v, cu, cu, 6, 7)
+    with pytest.raises(ValueError, match="same length"):
+        gproj_cuda.attention_varlen(q, k, v, cu, cu[:3], 7, 7)
+    with pytest.raises(ValueError, match="non-negative int"):
+        gproj_cuda.attention_varlen(q, k, v, cu, cu, -1, 7)
+    with pytest.raises(ValueError, match="3 dimensions"):
+        gproj_cuda.attention_varlen(q[None], k, v, cu, cu, 7, 7)
+
+
+def test_flash_attn_drop_in_rejects_unsupported():
+    q, k, v = qkv()
+    for kw in (dict(softcap=30.0), dict(qv=q), dict(q_descale=torch.ones(1)), dict(num_splits=2),
+               dict(attention_chunk=128)):
+        with pytest.raises(NotImplementedError, match="not supported"):
+            gproj_cuda.flash_attn_func(q, k, v, **kw)
+    q2, k2, v2, cu = varlen_inputs()
+    with pytest.raises(NotImplementedError, match="seqused_k"):
+        gproj_cuda.flash_attn_varlen_func(q2, k2, v2, cu, cu, 7, 7, seqused_k=cu)
+
+
+def test_flash_attn_drop_in_matches_api():
+    q, k, v = qkv()
+    a = gproj_cuda.flash_attn_func(q, k, v, causal=True, pack_gqa=True, sm_margin=4)
+    b = gproj_cuda.attention(q, k, v, causal=True)
+    assert torch.equal(a, b)
+    out, lse = gproj_cuda.flash_attn_func(q, k, v, return_attn_probs=True)
+    assert lse.shape == (1, 2, 16)
+
+
+def test_is_available_explains():
+    if not gproj_cuda.is_available():
+        reason = gproj_cuda.unavailable_reason()
+        assert isinstance(reason, str) and len(reason) > 20
+    else:
+        assert gproj_cuda.unavailable_reason() is None

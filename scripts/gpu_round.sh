@@ -5,6 +5,7 @@ set -uo pipefail
 OUT=${OUT:-/tmp/gproj_out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 cd "$(dirname "$0")/.."
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 if ls _devbuild/_C.cpython-312-*.so >/dev/null 2>&1; then
   cp _devbuild/_C.cpython-312-*.so gproj_cuda/
 else
@@ -15,7 +16,7 @@ python3 -c "import gproj_cuda as g; print('available:', g.is_available(), g.unav
 for step in "${@:-all}"; do
   case $step in
     tests|all)
-      timeout 420 python3 -m pytest tests -q -x -rfEs --durations=8 2>&1 | tee "$OUT/pytest.log" | tail -40 ;;&
+      timeout 420 python3 -m pytest tests -q -rfEs --maxfail=15 --durations=8 2>&1 | tee "$OUT/pytest.log" | tail -40 ;;&
     sanitize|all)
       for tool in memcheck racecheck; do
         timeout 200 compute-sanitizer --tool $tool --print-limit 5 python3 scripts/sanitize_case.py > "$OUT/sanitize_$tool.log" 2>&1

@@ -135,16 +135,18 @@ def available_impls():
     return impls
 
 
-def spec_shapes(quick=False):
+def spec_shapes(quick=False, hdims=(64, 128, 256), seqlens=(1024, 2048, 4096, 8192, 16384),
+                gqa=True):
     """(hdim, seqlen, causal, heads_k_divisor): B·N = 16k tokens, H·d = 2048."""
     if quick:
         return [(128, 4096, False, 1), (128, 4096, True, 1)]
     shapes = []
-    for d in (64, 128, 256):
-        for n in (1024, 2048, 4096, 8192, 16384):
+    for d in hdims:
+        for n in seqlens:
             for causal in (False, True):
                 shapes.append((d, n, causal, 1))
-    shapes += [(128, 4096, True, 8), (128, 16384, False, 8)]   # GQA: heads_k = heads / 8
+    if gqa and 128 in hdims:
+        shapes += [(128, 4096, True, 8), (128, 16384, False, 8)]   # GQA: heads_k = heads / 8
     return shapes
 
 
@@ -170,10 +172,11 @@ def bench_one(make, d, n, causal, hk_div, ops, dtype=torch.bfloat16):
             out.backward(do, retain_graph=True)
         res["bwd"] = time_cuda(bwd)
 
-        def fb():
-            q.grad = k.grad = v.grad = None
-            f(q, k, v).backward(do)
-        res["fwd_bwd"] = time_cuda(fb)
+        if "fwd_bwd" in ops:
+            def fb():
+                q.grad = k.grad = v.grad = None
+                f(q, k, v).backward(do)
+            res["fwd_bwd"] = time_cuda(fb)
     return dict(batch=batch, heads=heads, heads_k=heads_k, times=res)
 
 
@@ -182,6 +185,9 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--impls", default="all", help="comma list (default: all importable)")
     ap.add_argument("--ops", default="fwd,bwd")
+    ap.add_argument("--hdims", default="64,128,256")
+    ap.add_argument("--seqlens", default="1024,2048,4096,8192,16384")
+    ap.add_argument("--no-gqa", action="store_true")
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
     ap.add_argument("--pause", type=float, default=0.2, help="seconds between configurations")
     ap.add_argument("--out", help="JSON records (SPEC.md section 8 schema)")
@@ -198,7 +204,8 @@ def main(argv=None):
     ops = args.ops.split(",")
     gpu, commit = torch.cuda.get_device_name(), _commit()
     records = []
-    shapes = spec_shapes(args.quick)
+    shapes = spec_shapes(args.quick, tuple(int(x) for x in args.hdims.split(",")),
+                         tuple(int(x) for x in args.seqlens.split(",")), not args.no_gqa)
     print(f"{gpu}, torch {torch.__version__}, {len(shapes)} shapes x {len(impls)} impls")
     for si, (d, n, causal, hk_div) in enumerate(shapes):
         for name, (make, impl, numerics) in impls.items():

@@ -56,6 +56,21 @@ def _cmake():
     return exe
 
 
+def _drop_stale_cache(build_dir: Path):
+    """pip builds in a fresh temporary environment each time; a CMake cache left by an earlier
+    build points at tools (ninja, cmake) that no longer exist. Start over in that case."""
+    cache = build_dir / "CMakeCache.txt"
+    if not cache.exists():
+        return
+    for line in cache.read_text(errors="ignore").splitlines():
+        if line.startswith(("CMAKE_MAKE_PROGRAM:", "CMAKE_COMMAND:")):
+            tool = line.split("=", 1)[-1].strip()
+            if tool and not os.path.exists(tool):
+                shutil.rmtree(build_dir)
+                build_dir.mkdir(parents=True)
+                return
+
+
 class CMakeExtension(Extension):
     def __init__(self, name):
         super().__init__(name, sources=[])
@@ -90,6 +105,7 @@ class CMakeBuild(build_ext):
         out_dir = Path(self.get_ext_fullpath(ext.name)).resolve().parent
         build_tmp = Path(self.build_temp).resolve() / "cmake"
         build_tmp.mkdir(parents=True, exist_ok=True)
+        _drop_stale_cache(build_tmp)
         cutlass = _cutlass_include()
         if cutlass is None:
             print("gproj_cuda: warning: nvidia-cutlass not found; building without CUTLASS headers",

@@ -74,6 +74,8 @@ PYBIND11_MODULE(_C, m) {
       .def_readwrite("head_dim", &AttnParams::head_dim)
       .def_readwrite("seqlen_q", &AttnParams::seqlen_q)
       .def_readwrite("seqlen_k", &AttnParams::seqlen_k)
+      .def_readwrite("total_q", &AttnParams::total_q)
+      .def_readwrite("total_k", &AttnParams::total_k)
       .def_readwrite("softmax_scale", &AttnParams::softmax_scale)
       .def_readwrite("window_left", &AttnParams::window_left)
       .def_readwrite("window_right", &AttnParams::window_right)

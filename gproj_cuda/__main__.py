@@ -3,6 +3,9 @@
     python -m gproj_cuda                     # quick study (N=512, d=64) on GPU if present, else CPU
     python -m gproj_cuda --seqlen 1024 --head-dim 128 --dtype fp16
     python -m gproj_cuda --json study.json   # also write the records
+
+    python -m gproj_cuda audit SCRIPT.py     # "am I affected?": audit your model (diagnostics.py)
+    python -m gproj_cuda audit --demo        # the same on a small GPT with offset keys
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ def _parser():
                     "(key mean kmean, query mean qmean, query scale qscale, causal or not). "
                     "Runs the CPU emulation of the kernels' arithmetic everywhere and the CUDA "
                     "kernels too when a GPU and the compiled extension are present. Ends with a "
-                    "one-line verdict.")
+                    "one-line verdict.",
+        epilog="Subcommand: 'python -m gproj_cuda audit SCRIPT.py | --demo' measures the leak "
+               "on your own model's attention calls (see 'python -m gproj_cuda audit --help').")
     ap.add_argument("--seqlen", type=int, default=512, help="sequence length N (default 512)")
     ap.add_argument("--head-dim", type=int, default=64, choices=(64, 128, 256))
     ap.add_argument("--heads", type=int, default=2)
@@ -36,6 +41,10 @@ def _parser():
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == "audit":
+        from .diagnostics import cli
+        return cli(argv[1:])
     args = _parser().parse_args(argv)
     from . import _ext
     from .study import run_study, save_json

@@ -70,6 +70,7 @@ def _params(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics):
     p.seqlen_k = max_k if varlen else k.shape[1]
     if varlen:
         p.cu_seqlens_q, p.cu_seqlens_k = cu_q.data_ptr(), cu_k.data_ptr()
+        p.total_q, p.total_k = q.shape[0], k.shape[0]
         p.rs_batch_stride, p.rs_head_stride = 0, q.shape[0]
     else:
         p.rs_batch_stride, p.rs_head_stride = q.shape[2] * q.shape[1], q.shape[1]

@@ -2,6 +2,8 @@
 //
 // The Python layer validates first and gives the friendlier message; this re-checks everything
 // a kernel relies on, because a wrong pointer or stride here is a silent out-of-bounds read.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -11,10 +13,15 @@
 #include <stdexcept>
 #include <string>
 
+#include "../common/cuda_check.h"
 #include "launch.h"
-#include "tile_configs.cuh"
 
 namespace gproj {
+
+using bf16 = __nv_bfloat16;
+using fp16 = __half;
+template <typename T, int D> void forward_impl(const AttnParams&);
+template <typename T, int D> void backward_impl(const AttnParams&);
 
 #define GPROJ_FOR_EACH_CONFIG(X) \
   X(bf16, 64) X(bf16, 128) X(bf16, 256) X(fp16, 64) X(fp16, 128) X(fp16, 256)
@@ -58,15 +65,17 @@ void require_strides(const int64_t (&s)[3], const char* name, bool varlen) {
   }
 }
 
-int device_major(int device) {
+// 10 * major + minor of the device's compute capability (cached).
+int device_arch(int device) {
   static std::mutex mu;
   static int cache[64] = {0};
   std::lock_guard<std::mutex> lock(mu);
   if (device < 0 || device >= 64) fail("device index %d out of range", device);
   if (cache[device] == 0) {
-    int major = 0;
+    int major = 0, minor = 0;
     check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
-    cache[device] = major;
+    check_cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "cudaDeviceGetAttribute");
+    cache[device] = 10 * major + minor;
   }
   return cache[device];
 }
@@ -92,7 +101,8 @@ void validate_common(const AttnParams& p) {
   require_strides(p.v_stride, "v", varlen);
   require_ptr(p.stats, "stats");
   if (p.stats % 8) fail("stats must be 8-byte aligned");
-  if (device_major(p.device) < 8) fail("device %d has compute capability < 8.0: the kernels need sm_80 or newer", p.device);
+  if (device_arch(p.device) < 80) fail("device %d has compute capability < 8.0: the kernels need sm_80 or newer", p.device);
+  if (p.cu_seqlens_q && (p.total_q <= 0 || p.total_k < 0)) fail("varlen: total_q (%d) / total_k (%d) must be set", p.total_q, p.total_k);
 }
 
 template <typename F>
@@ -158,10 +168,12 @@ int run_forward(const AttnParams& p, char* err, size_t err_len) {
     require_strides(p.o_stride, "out", p.cu_seqlens_q != 0);
     require_ptr(p.lse, "lse");
     if (p.numerics == int(Numerics::kGProj) && p.k_shift == 0) fail("gproj numerics need k_shift (the exact key centering)");
-    dispatch(p, [&](auto t, auto d) {
+    AttnParams q = p;
+    q.arch = device_arch(p.device);
+    dispatch(q, [&](auto t, auto d) {
       using T = decltype(t);
       constexpr int D = decltype(d)::value;
-      if constexpr (Compiled<T, D>::value) forward_impl<T, D>(p);
+      if constexpr (Compiled<T, D>::value) forward_impl<T, D>(q);
     });
   }, err, err_len);
 }

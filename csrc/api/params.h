@@ -34,11 +34,13 @@ struct AttnParams {
   // ---- problem --------------------------------------------------------------------------
   int batch = 0, heads = 0, heads_k = 0, head_dim = 0;
   int seqlen_q = 0, seqlen_k = 0;       // dense lengths, or the maxima for varlen
+  int total_q = 0, total_k = 0;         // varlen: rows of the packed q and k tensors
   float softmax_scale = 0.f;
   int window_left = -1, window_right = -1;  // -1 = unbounded; causal is right = 0
   int dtype = 0;                          // DType
   int numerics = 0;                       // Numerics
   int device = 0;
+  int arch = 0;                           // set by the dispatcher: 10 * major + minor
   uint64_t stream = 0;                    // cudaStream_t
 };
 

@@ -2,11 +2,14 @@
 // choices of a correctness-first kernel that must also fit an A100's 163 KB of shared memory.
 #pragma once
 #include <cuda_runtime.h>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include "../backward/bwd_dkdv_kernel.cuh"
 #include "../backward/bwd_dq_kernel.cuh"
+#include "../common/cuda_check.h"
 #include "../forward/fwd_kernel.cuh"
+#include "../forward/fwd_sm90.cuh"
 
 namespace gproj {
 
@@ -15,14 +18,6 @@ template <int D> struct Tiles;
 template <> struct Tiles<64>  { static constexpr int f[2] = {128, 64}, q[3] = {64, 64, 1}, kv[3] = {64, 64, 1}; };
 template <> struct Tiles<128> { static constexpr int f[2] = {128, 64}, q[3] = {64, 32, 1}, kv[3] = {64, 32, 1}; };
 template <> struct Tiles<256> { static constexpr int f[2] = {64, 64},  q[3] = {64, 32, 2}, kv[3] = {32, 32, 2}; };
-
-struct CudaError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-inline void check_cuda(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw CudaError(std::string(what) + ": " + cudaGetErrorString(e));
-}
 
 template <class Kernel>
 inline void launch(Kernel kernel, dim3 grid, int threads, int smem, const AttnParams& p,
@@ -38,8 +33,22 @@ inline void launch(Kernel kernel, dim3 grid, int threads, int smem, const AttnPa
 
 inline unsigned ceil_div(int a, int b) { return unsigned((a + b - 1) / b); }
 
+// GPROJ_FORCE_SM80=1 runs the mma.sync kernels on Hopper too (the oracle for the sm90 ones).
+inline bool force_sm80() {
+  const char* v = std::getenv("GPROJ_FORCE_SM80");
+  return v != nullptr && v[0] == '1';
+}
+
 template <typename T, int D>
 void forward_impl(const AttnParams& p) {
+  if (p.arch >= 90 && !force_sm80()) {
+    if (p.numerics == int(Numerics::kGProj)) {
+      sm90::run_forward<T, D, true>(p, p.total_q, p.total_k);
+    } else {
+      sm90::run_forward<T, D, false>(p, p.total_q, p.total_k);
+    }
+    return;
+  }
   using Cfg = FwdConfig<T, D, Tiles<D>::f[0], Tiles<D>::f[1]>;
   const dim3 grid(ceil_div(p.seqlen_q, Cfg::BM), p.heads, p.batch);
   if (p.numerics == int(Numerics::kGProj)) {

@@ -1,0 +1,373 @@
+// Forward attention for Hopper (sm_90a): TMA loads, WGMMA, warp-specialized.
+//
+// Block = one producer warpgroup + two consumer warpgroups on a 128-row query tile (64 rows per
+// consumer warpgroup). The producer's elected thread issues TMA loads of Q (once) and of K and V
+// tiles into a kStages-deep ring guarded by mbarrier pipelines; it keeps only a few registers
+// (setmaxnreg) so the consumers can hold the O accumulator and S in registers.
+// Consumers per key tile: S = Q K^T (WGMMA, both operands in shared memory), mask, online
+// softmax, P rounded once into A-operand registers, O += P V (WGMMA, P from registers).
+//
+// Numerics are those of the mma.sync kernel (fwd_kernel.cuh) and reference.py:
+//   gproj: p = exp2((s - m) * c), the raw row max subtracted before scaling (exact max: 1);
+//   fa3:   p = exp2(fma(s, c, -m * c)), FlashAttention-3's form.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+#include <cutlass/cutlass.h>
+#include <cutlass/gemm/collective/builders/sm90_common.inl>
+#include <cutlass/pipeline/pipeline.hpp>
+
+#include "../api/params.h"
+#include "../common/device.cuh"
+#include "../common/tile.cuh"
+
+namespace gproj {
+namespace sm90 {
+
+using namespace cute;
+
+// CuTe's TMA and GMMA atoms are written for CUTLASS's numeric types (bit-identical to CUDA's).
+template <typename T> struct CuteElement;
+template <> struct CuteElement<bf16> { using type = cutlass::bfloat16_t; };
+template <> struct CuteElement<fp16> { using type = cutlass::half_t; };
+
+template <typename T_, int kHeadDim_, int kBlockN_, int kStages_>
+struct FwdTraits {
+  using T = T_;                                     // CUDA type (global stores)
+  using Element = typename CuteElement<T_>::type;   // CuTe type (TMA, GMMA)
+  static constexpr int kHeadDim = kHeadDim_, kBlockM = 128, kBlockN = kBlockN_;
+  static constexpr int kStages = kStages_;
+  static constexpr int kNumMmaWarpGroups = 2;
+  static constexpr int kNumMmaThreads = kNumMmaWarpGroups * 128;
+  static constexpr int kNumThreads = kNumMmaThreads + 128;
+  using TileShape = Shape<Int<kBlockM>, Int<kBlockN>, Int<kHeadDim>>;
+  using AtomLayout = Layout<Shape<Int<kNumMmaWarpGroups>, _1, _1>>;
+  // S = Q K^T: A and B from shared memory, both K-major (head dim contiguous).
+  using TiledMmaQK = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kBlockN>, Int<kHeadDim>>>(),
+      AtomLayout{}));
+  // O = P V: A (P) from registers, B = V read MN-major (V's head dim is contiguous).
+  using TiledMmaPV = decltype(make_tiled_mma(
+      GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockN>>,
+                           GMMA::Major::K, GMMA::Major::MN>(),
+      AtomLayout{}));
+
+  using SmemAtomQ = decltype(cutlass::gemm::collective::detail::ss_smem_selector<
+                             GMMA::Major::K, Element, Int<kBlockM>, Int<kHeadDim>>());
+  using SmemLayoutQ = decltype(tile_to_shape(SmemAtomQ{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  using SmemAtomKV = decltype(cutlass::gemm::collective::detail::ss_smem_selector<
+                              GMMA::Major::K, Element, Int<kBlockN>, Int<kHeadDim>>());
+  using SmemLayoutK =
+      decltype(tile_to_shape(SmemAtomKV{}, Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}));
+  // V^T as the PV GEMM sees it: the same bytes as K's layout, indexed (head dim, key, stage).
+  using SmemLayoutVt = decltype(composition(
+      SmemLayoutK{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{},
+                                         Step<_2, _1, _3>{})));
+
+  using Pipeline = cutlass::PipelineTmaAsync<kStages>;
+  using PipelineState = typename Pipeline::PipelineState;
+
+  struct SharedStorage {
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> v;
+    alignas(16) cutlass::arch::ClusterTransactionBarrier barrier_q;
+    alignas(16) typename Pipeline::SharedStorage pipe_k;
+    alignas(16) typename Pipeline::SharedStorage pipe_v;
+  };
+  static constexpr int kSmemBytes = int(sizeof(SharedStorage));
+
+  // Global tensors as TMA sees them: (rows, head dim, head, batch).
+  using GmemLayout =
+      Layout<Shape<int32_t, int32_t, int32_t, int32_t>, Stride<int64_t, _1, int64_t, int64_t>>;
+  using TmaQ = decltype(make_tma_copy(
+      SM90_TMA_LOAD{}, make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemLayout{}),
+      SmemLayoutQ{}, select<0, 2>(TileShape{}), _1{}));
+  using TmaKV = decltype(make_tma_copy(
+      SM90_TMA_LOAD{}, make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemLayout{}),
+      take<0, 2>(SmemLayoutK{}), select<1, 2>(TileShape{}), _1{}));
+};
+
+template <class Traits>
+struct FwdKernelParams {
+  typename Traits::TmaQ tma_q;
+  typename Traits::TmaKV tma_k;
+  typename Traits::TmaKV tma_v;
+  int rows_q, rows_k, batch_q;  // extents of the TMA tensors (varlen: packed rows, batch 1)
+  AttnParams p;
+};
+
+// Accumulator ((2, 2, V), M, N) -> (rows, cols) view: the lane's rows and columns.
+template <class L>
+__device__ __forceinline__ auto acc_rowcol(L l) {
+  auto l0 = get<0>(l);
+  return make_layout(make_layout(get<1>(l0), get<1>(l)),
+                     make_layout(get<0>(l0), get<2>(l0), get<2>(l)));
+}
+
+// Accumulator of S (64 x kBlockN per warpgroup) -> A-operand register layout of the PV GEMM
+// (k = kBlockN in slabs of 16): the third value mode splits into (2, kBlockN / 16).
+template <class L>
+__device__ __forceinline__ auto acc_to_a_layout(L l) {
+  auto split = logical_divide(get<0, 2>(l), Tile<_2>{});
+  return make_layout(make_layout(get<0, 0>(l), get<0, 1>(l), get<0, 0>(split)), get<1>(l),
+                     coalesce(make_layout(get<0, 1>(split), get<2>(l))));
+}
+
+// One WGMMA batch: C (+)= A B over the k mode, committed, not waited.
+template <bool kZeroInit, class Mma, class TA, class TB, class TC>
+__device__ __forceinline__ void wg_gemm(Mma& mma, TA const& a, TB const& b, TC& c) {
+  warpgroup_fence_operand(c);
+  warpgroup_arrive();
+  if constexpr (kZeroInit) mma.accumulate_ = GMMA::ScaleOut::Zero;
+  CUTLASS_PRAGMA_UNROLL
+  for (int kb = 0; kb < size<2>(a); ++kb) {
+    cute::gemm(mma, a(_, _, kb), b(_, _, kb), c);
+    mma.accumulate_ = GMMA::ScaleOut::One;
+  }
+  warpgroup_commit_batch();
+  warpgroup_fence_operand(c);
+}
+
+template <class Traits, bool kGProj>
+__global__ void __launch_bounds__(Traits::kNumThreads, 1)
+    fwd_sm90_kernel(CUTE_GRID_CONSTANT FwdKernelParams<Traits> const prm) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  using Element = typename Traits::Element;
+  using T = typename Traits::T;
+  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
+  using Pipeline = typename Traits::Pipeline;
+  using PipelineState = typename Traits::PipelineState;
+  const AttnParams& p = prm.p;
+
+  const int m_block = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const SeqBounds seq(p, b);
+  const int m0 = m_block * kBlockM;
+  if (m0 >= seq.nq) return;  // uniform for the block, before any barrier
+  const int m_end = min(m0 + kBlockM, seq.nq);
+  const int hk = h / (p.heads / p.heads_k);
+  const Mask mask(seq.nq, seq.nk, p.window_left, p.window_right);
+  int n_lo, n_hi;
+  mask.key_range(m0, m_end, n_lo, n_hi);
+  const int nb_min = n_lo / kBlockN;
+  const int nb_max = n_hi > n_lo ? (n_hi + kBlockN - 1) / kBlockN : nb_min;
+
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  auto& ss = *reinterpret_cast<typename Traits::SharedStorage*>(smem_raw);
+  const int wg = cutlass::canonical_warp_group_idx();
+
+  if (threadIdx.x == 0) {
+    cute::prefetch_tma_descriptor(prm.tma_q.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(prm.tma_k.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(prm.tma_v.get_tma_descriptor());
+    ss.barrier_q.init(1);
+  }
+  typename Pipeline::Params pp;
+  pp.transaction_bytes = kBlockN * kHeadDim * int(sizeof(Element));
+  pp.role = wg == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
+  pp.is_leader = threadIdx.x == 0;
+  pp.num_consumers = Traits::kNumMmaThreads;
+  Pipeline pipe_k(ss.pipe_k, pp, Shape<_1, _1, _1>{});
+  Pipeline pipe_v(ss.pipe_v, pp, Shape<_1, _1, _1>{});
+  __syncthreads();  // barriers initialized before anyone waits on them
+
+  // Global views, shifted to this sequence's first row (varlen) and this head.
+  const int bq = p.cu_seqlens_q ? 0 : b;
+  Tensor mQ = domain_offset(make_coord(seq.q_start, _0{}),
+                            prm.tma_q.get_tma_tensor(make_shape(prm.rows_q, kHeadDim, p.heads,
+                                                                prm.batch_q))(_, _, h, bq));
+  Tensor mK = domain_offset(make_coord(seq.k_start, _0{}),
+                            prm.tma_k.get_tma_tensor(make_shape(prm.rows_k, kHeadDim, p.heads_k,
+                                                                prm.batch_q))(_, _, hk, bq));
+  Tensor mV = domain_offset(make_coord(seq.k_start, _0{}),
+                            prm.tma_v.get_tma_tensor(make_shape(prm.rows_k, kHeadDim, p.heads_k,
+                                                                prm.batch_q))(_, _, hk, bq));
+  Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), typename Traits::SmemLayoutQ{});
+  Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), typename Traits::SmemLayoutK{});
+  Tensor sV = make_tensor(make_smem_ptr(ss.v.data()), typename Traits::SmemLayoutK{});
+  Tensor sVt = make_tensor(make_smem_ptr(ss.v.data()), typename Traits::SmemLayoutVt{});
+
+  if (wg == 0) {
+    // ---------------- producer ----------------
+    cutlass::arch::warpgroup_reg_dealloc<24>();
+    if (threadIdx.x == 0 && nb_max > nb_min) {
+      Tensor gQ = local_tile(mQ, select<0, 2>(typename Traits::TileShape{}), make_coord(m_block, _0{}));
+      Tensor gK = local_tile(mK, select<1, 2>(typename Traits::TileShape{}), make_coord(_, _0{}));
+      Tensor gV = local_tile(mV, select<1, 2>(typename Traits::TileShape{}), make_coord(_, _0{}));
+      auto [tQg, tQs] = tma_partition(prm.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
+                                      group_modes<0, 2>(gQ));
+      auto [tKg, tKs] = tma_partition(prm.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
+                                      group_modes<0, 2>(gK));
+      auto [tVg, tVs] = tma_partition(prm.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV),
+                                      group_modes<0, 2>(gV));
+      ss.barrier_q.arrive_and_expect_tx(kBlockM * kHeadDim * int(sizeof(Element)));
+      copy(prm.tma_q.with(reinterpret_cast<uint64_t&>(ss.barrier_q), 0), tQg, tQs);
+      PipelineState wr = cutlass::make_producer_start_state<Pipeline>();
+      for (int nb = nb_max - 1; nb >= nb_min; --nb) {
+        pipe_k.producer_acquire(wr);
+        copy(prm.tma_k.with(*pipe_k.producer_get_barrier(wr), 0), tKg(_, nb), tKs(_, wr.index()));
+        pipe_v.producer_acquire(wr);
+        copy(prm.tma_v.with(*pipe_v.producer_get_barrier(wr), 0), tVg(_, nb), tVs(_, wr.index()));
+        ++wr;
+      }
+    }
+    return;
+  }
+
+  // ---------------- consumers ----------------
+  cutlass::arch::warpgroup_reg_alloc<240>();
+  const int tid = threadIdx.x - 128;
+  typename Traits::TiledMmaQK mma_qk;
+  typename Traits::TiledMmaPV mma_pv;
+  auto thr_qk = mma_qk.get_thread_slice(tid);
+  auto thr_pv = mma_pv.get_thread_slice(tid);
+  Tensor tSrQ = thr_qk.partition_fragment_A(sQ);
+  Tensor tSrK = thr_qk.partition_fragment_B(sK);
+  Tensor tOrV = thr_pv.partition_fragment_B(sVt);
+  Tensor tOrO = partition_fragment_C(mma_pv, select<0, 2>(typename Traits::TileShape{}));
+  clear(tOrO);
+  Tensor tScS = thr_qk.partition_C(make_identity_tensor(select<0, 1>(typename Traits::TileShape{})));
+  Tensor tOcO = thr_pv.partition_C(make_identity_tensor(select<0, 2>(typename Traits::TileShape{})));
+  Tensor o_rc = make_tensor(tOrO.data(), acc_rowcol(tOrO.layout()));
+  constexpr int kRows = decltype(size<0>(o_rc))::value;  // 2: rows lane/4 and lane/4 + 8
+
+  const float c = p.softmax_scale * 1.4426950408889634f;
+  float row_max[kRows], row_sum[kRows];
+  CUTLASS_PRAGMA_UNROLL
+  for (int r = 0; r < kRows; ++r) row_max[r] = -INFINITY, row_sum[r] = 0.f;
+
+  if (nb_max > nb_min) ss.barrier_q.wait(0);
+  PipelineState rd;
+  for (int nb = nb_max - 1; nb >= nb_min; --nb) {
+    const int n0 = nb * kBlockN;
+    Tensor tSrS = partition_fragment_C(mma_qk, select<0, 1>(typename Traits::TileShape{}));
+    pipe_k.consumer_wait(rd);
+    wg_gemm<true>(mma_qk, tSrQ, tSrK(_, _, _, rd.index()), tSrS);
+    warpgroup_wait<0>();
+    pipe_k.consumer_release(rd);
+
+    if (mask.tile_partial(m0, m0 + kBlockM, n0, n0 + kBlockN)) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < size(tSrS); ++i) {
+        if (!mask.visible(m0 + get<0>(tScS(i)), n0 + get<1>(tScS(i)))) tSrS(i) = -INFINITY;
+      }
+    }
+    Tensor s_rc = make_tensor(tSrS.data(), acc_rowcol(tSrS.layout()));
+    CUTLASS_PRAGMA_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      float mx = -INFINITY;
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < size<1>(s_rc); ++j) mx = fmaxf(mx, s_rc(r, j));
+      const float m_new = fmaxf(row_max[r], quad_max(mx));
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;
+      const float rescale = exp2_approx((row_max[r] - m_use) * c);
+      row_max[r] = m_new;
+      float sum = 0.f;
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < size<1>(s_rc); ++j) {
+        float x;
+        if constexpr (kGProj) {
+          x = exp2_approx((s_rc(r, j) - m_use) * c);
+        } else {
+          x = exp2_approx(fmaf(s_rc(r, j), c, -(m_use * c)));
+        }
+        s_rc(r, j) = x;
+        sum += x;
+      }
+      row_sum[r] = row_sum[r] * rescale + sum;
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < size<1>(o_rc); ++j) o_rc(r, j) *= rescale;
+    }
+    // P rounded once into the A operand of the PV GEMM.
+    Tensor tOrP = make_tensor_like<Element>(tSrS);
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < size(tSrS); ++i) tOrP(i) = static_cast<Element>(tSrS(i));
+    Tensor tOrPa = make_tensor(tOrP.data(), acc_to_a_layout(tSrS.layout()));
+    pipe_v.consumer_wait(rd);
+    wg_gemm<false>(mma_pv, tOrPa, tOrV(_, _, _, rd.index()), tOrO);
+    warpgroup_wait<0>();
+    pipe_v.consumer_release(rd);
+    ++rd;
+  }
+
+  // ---------------- epilogue: normalize, store O, LSE and the softmax state ----------------
+  const T* shift = p.k_shift ? reinterpret_cast<const T*>(p.k_shift) +
+                                   (int64_t(b) * p.heads_k + hk) * kHeadDim
+                             : nullptr;
+  T* gO = reinterpret_cast<T*>(p.out) + b * p.o_stride[0] +
+                int64_t(seq.q_start + m0) * p.o_stride[1] + h * p.o_stride[2];
+  Tensor oc_rc = make_tensor(tOcO.data(), acc_rowcol(tOcO.layout()));
+  CUTLASS_PRAGMA_UNROLL
+  for (int r = 0; r < kRows; ++r) {
+    const int row = get<0>(oc_rc(r, 0));
+    const float l = quad_sum(row_sum[r]);
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    float qshift = 0.f;
+    if (shift != nullptr) {  // centered keys: lse gains alpha * (q . shift)
+      for (int d = (tid & 3); d < kHeadDim; d += 4)
+        qshift += static_cast<float>(sQ(row, d)) * to_float(shift[d]);
+      qshift = quad_sum(qshift);
+    }
+    if (m0 + row < m_end) {
+      T* orow = gO + int64_t(row) * p.o_stride[1];
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < size<1>(o_rc); j += 2) {
+        const int col = get<1>(oc_rc(r, j));
+        *reinterpret_cast<uint32_t*>(orow + col) = pack2<T>(o_rc(r, j) * inv, o_rc(r, j + 1) * inv);
+      }
+      if ((tid & 3) == 0) {
+        const int64_t idx = rowstat_index(p, b, h, seq.q_start + m0 + row);
+        const bool empty = row_max[r] == -INFINITY;
+        const float log2l = empty ? 0.f : log2f(l);
+        const float m_raw = empty ? INFINITY : row_max[r];
+        reinterpret_cast<float2*>(p.stats)[idx] = make_float2(m_raw, log2l);
+        reinterpret_cast<float*>(p.lse)[idx] =
+            empty ? INFINITY : (m_raw * c + log2l) * 0.6931471805599453f + p.softmax_scale * qshift;
+      }
+    }
+  }
+#endif
+}
+
+template <int kHeadDim> struct FwdTiles;
+template <> struct FwdTiles<64> { static constexpr int kBlockN = 128, kStages = 2; };
+template <> struct FwdTiles<128> { static constexpr int kBlockN = 128, kStages = 2; };
+template <> struct FwdTiles<256> { static constexpr int kBlockN = 64, kStages = 2; };
+
+template <typename T, int kHeadDim, bool kGProj>
+void run_forward(const AttnParams& p, int total_q, int total_k) {
+  using Traits = FwdTraits<T, kHeadDim, FwdTiles<kHeadDim>::kBlockN, FwdTiles<kHeadDim>::kStages>;
+  using Element = typename Traits::Element;
+  const bool varlen = p.cu_seqlens_q != 0;
+  FwdKernelParams<Traits> prm;
+  prm.p = p;
+  prm.rows_q = varlen ? total_q : p.seqlen_q;
+  prm.rows_k = varlen ? total_k : p.seqlen_k;
+  prm.batch_q = varlen ? 1 : p.batch;
+  auto gmem = [&](uint64_t ptr, int rows, int heads, const int64_t (&st)[3]) {
+    // A size-1 batch mode still needs a legal TMA stride: any multiple of 16 bytes works.
+    const int64_t bstride = varlen ? int64_t(rows) * st[1] : st[0];
+    return make_tensor(make_gmem_ptr(reinterpret_cast<Element const*>(ptr)),
+                       make_layout(make_shape(rows, kHeadDim, heads, prm.batch_q),
+                                   make_stride(st[1], _1{}, st[2], bstride > 0 ? bstride : int64_t(8))));
+  };
+  prm.tma_q = make_tma_copy(SM90_TMA_LOAD{}, gmem(p.q, prm.rows_q, p.heads, p.q_stride),
+                            typename Traits::SmemLayoutQ{}, select<0, 2>(typename Traits::TileShape{}), _1{});
+  prm.tma_k = make_tma_copy(SM90_TMA_LOAD{}, gmem(p.k, prm.rows_k, p.heads_k, p.k_stride),
+                            take<0, 2>(typename Traits::SmemLayoutK{}), select<1, 2>(typename Traits::TileShape{}), _1{});
+  prm.tma_v = make_tma_copy(SM90_TMA_LOAD{}, gmem(p.v, prm.rows_k, p.heads_k, p.v_stride),
+                            take<0, 2>(typename Traits::SmemLayoutK{}), select<1, 2>(typename Traits::TileShape{}), _1{});
+  auto kernel = fwd_sm90_kernel<Traits, kGProj>;
+  const int smem = Traits::kSmemBytes;
+  const dim3 grid((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.heads, p.batch);
+  if (grid.x == 0) return;
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+             "forward (sm90)");
+  kernel<<<grid, Traits::kNumThreads, smem, reinterpret_cast<cudaStream_t>(p.stream)>>>(prm);
+  check_cuda(cudaGetLastError(), "forward (sm90)");
+}
+
+}  // namespace sm90
+}  // namespace gproj

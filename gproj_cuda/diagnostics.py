@@ -1,4 +1,4 @@
-""""Am I affected?": measure the BF16 attention-gradient leak on a model's own tensors.
+"""Am I affected? Measure the BF16 attention-gradient leak on a model's own tensors.
 
 Fused attention kernels with FlashAttention-3's arithmetic (FA2/FA3/cuDNN) round the score
 gradient dS to BF16 before the dQ/dK GEMMs; the rows of the rounded dS no longer sum to zero and
@@ -342,7 +342,9 @@ def _quiet_math(device):
 # --------------------------------------------------------------------------------------------
 
 def _pct(x):
-    return "-" if x is None or not math.isfinite(x) else f"{100 * x:.3g}%"
+    if x is None or math.isnan(x):
+        return "-"
+    return "inf/NaN" if math.isinf(x) else f"{100 * x:.3g}%"   # row_rel_err: inf = NaN output
 
 
 def _num(x):
@@ -358,12 +360,14 @@ class AuditReport:
     meta: dict = field(default_factory=dict)
 
     def _measured(self):
-        return [r for r in self.rows if math.isfinite(r["fa3_dq_err"])]
+        """Rows with errors (NaN = no dO reached the call; inf = the emulation produced NaN,
+        as FA3 arithmetic does on huge logits, and counts as the worst error)."""
+        return [r for r in self.rows if not math.isnan(r["fa3_dq_err"])]
 
     def table(self, limit=None) -> str:
         """Rows sorted by risk (FA3-arithmetic median dQ error, highest first) as text."""
-        rows = sorted(self.rows, key=lambda r: -r["fa3_dq_err"] if math.isfinite(
-            r["fa3_dq_err"]) else math.inf)[:limit]
+        rows = sorted(self.rows, key=lambda r: math.inf if math.isnan(r["fa3_dq_err"])
+                      else -r["fa3_dq_err"])[:limit]
         cols = ("layer", "module", "head", "key_ratio", "query_ratio", "max_prob", "entropy",
                 "rowsum_res", "fa3 dQ", "gproj dQ", "fa3 dK", "gproj dK")
         lines = [[str(r["layer"]), r["module"][-24:], str(r["head"]), _num(r["key_ratio"]),
@@ -417,7 +421,8 @@ class AuditReport:
         for key, label, style in (("fa3_dq_err", "FA3 arithmetic", "o-"),
                                   ("gproj_dq_err", "GProj", "s-")):
             ys = [max(r[key] for r in self._measured() if r["call_index"] == L) for L in layers]
-            ax.plot(range(len(layers)), [max(y, 1e-6) for y in ys], style, label=label)
+            ax.plot(range(len(layers)), [min(max(y, 1e-6), 100.0) for y in ys], style,
+                    label=label)                      # inf (NaN output) drawn at 10000%
         ax.axhline(AFFECTED, color="grey", ls="--", lw=1, label="1% (affected above)")
         ax.set_yscale("log")
         ax.set_xticks(range(len(layers)), [names[L] for L in layers], rotation=45, ha="right")
@@ -611,8 +616,9 @@ class LeakMonitor:
     or ``mon.step(batch, step)`` for an extra no-grad forward on capture steps. Rows appended to
     the CSV: step, layer (attention call index), head, key_ratio, query_ratio, max_prob, entropy;
     TensorBoard (if ``torch.utils.tensorboard`` imports) gets per layer the max over heads of
-    each, under ``attn_leak/<stat>/layer<L>``. When key_ratio climbs past ~10 with max_prob
-    near 1, run ``audit`` on a batch: that is where FA3 arithmetic's dQ error leaves 1%.
+    each, under ``attn_leak/<stat>/layer<L>``. On diffuse attention FA3 arithmetic's median dQ
+    error is roughly 0.15% x key_ratio (CPU emulator, toy model), more on sharp attention, so
+    when key_ratio passes ~5 or max_prob climbs towards 1, run ``audit`` on a batch.
     Captures are not seen inside ``torch.compile``d graphs (see docs/diagnostics.md).
     """
 

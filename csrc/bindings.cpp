@@ -56,6 +56,8 @@ PYBIND11_MODULE(_C, m) {
       .def_readwrite("stats", &AttnParams::stats)
       .def_readwrite("rowstate", &AttnParams::rowstate)
       .def_readwrite("k_shift", &AttnParams::k_shift)
+      .def_readwrite("k_centered", &AttnParams::k_centered)
+      .def_readwrite("center_workspace", &AttnParams::center_workspace)
       .def_readwrite("cu_seqlens_q", &AttnParams::cu_seqlens_q)
       .def_readwrite("cu_seqlens_k", &AttnParams::cu_seqlens_k)
       .GPROJ_STRIDE(q_stride)
@@ -66,6 +68,7 @@ PYBIND11_MODULE(_C, m) {
       .GPROJ_STRIDE(dq_stride)
       .GPROJ_STRIDE(dk_stride)
       .GPROJ_STRIDE(dv_stride)
+      .GPROJ_STRIDE(kc_stride)
       .def_readwrite("rs_batch_stride", &AttnParams::rs_batch_stride)
       .def_readwrite("rs_head_stride", &AttnParams::rs_head_stride)
       .def_readwrite("batch", &AttnParams::batch)
@@ -102,6 +105,15 @@ PYBIND11_MODULE(_C, m) {
     }
     raise_on_error(st, msg);
   }, "Launch the two backward passes on p.stream (asynchronous).");
+  m.def("center_keys", [](const AttnParams& p) {
+    char msg[1024] = {0};
+    int st;
+    {
+      py::gil_scoped_release nogil;
+      st = gproj::run_center_keys(p, msg, sizeof(msg));
+    }
+    raise_on_error(st, msg);
+  }, "gproj pre-pass: K' = K - c (exact key centering) and c, on p.stream.");
   m.def("is_compiled", &gproj::is_compiled, py::arg("dtype"), py::arg("head_dim"));
   m.def("compiled_configs", [] { return std::string(gproj::compiled_configs()); });
 }

@@ -21,7 +21,6 @@ import torch
 from torch import Tensor
 
 from . import _ext
-from .centering import center_keys
 from .reference import emulate_backward, emulate_forward
 
 _NUMERICS_CODE = {"gproj": 0, "fa3": 1}
@@ -83,6 +82,31 @@ def _params(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics):
     return p
 
 
+def center_keys_cuda(k, cu_k, max_k):
+    """Exact key centering on the GPU (csrc/prepost/center_keys.cuh): ``(K - c, c)``, bitwise
+    equal to ``centering.center_keys`` (the PyTorch reference) in two fused kernels."""
+    C = _ext.extension()
+    varlen = cu_k is not None
+    nseq = (cu_k.shape[0] - 1) if varlen else k.shape[0]
+    kc = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+    shift = torch.empty((nseq, k.shape[-2], k.shape[-1]), dtype=k.dtype, device=k.device)
+    work = torch.empty((2, nseq, k.shape[-2], k.shape[-1]), dtype=torch.int32, device=k.device)
+    p = C.Params()
+    p.k, p.k_stride = k.data_ptr(), _strides3(k, varlen)
+    p.k_centered, p.kc_stride = kc.data_ptr(), _strides3(kc, varlen)
+    p.k_shift, p.center_workspace = shift.data_ptr(), work.data_ptr()
+    p.batch, p.heads_k, p.heads, p.head_dim = nseq, k.shape[-2], k.shape[-2], k.shape[-1]
+    p.seqlen_k = max_k if varlen else k.shape[1]
+    if varlen:
+        p.cu_seqlens_q = p.cu_seqlens_k = cu_k.data_ptr()
+        p.total_k = k.shape[0]
+    p.dtype = 0 if k.dtype == torch.bfloat16 else 1
+    p.device = k.device.index
+    p.stream = torch.cuda.current_stream(k.device).cuda_stream
+    C.center_keys(p)
+    return kc, shift
+
+
 def _empty_problem(q, k) -> bool:
     return q.numel() == 0 or k.numel() == 0
 
@@ -99,7 +123,7 @@ def forward_cuda(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics):
     q, k, v = _kernel_ready(q), _kernel_ready(k), _kernel_ready(v)
     shift = None
     if numerics == "gproj":
-        k, shift = center_keys(k, cu_k)   # exact: softmax and GProj gradients are unchanged
+        k, shift = center_keys_cuda(k, cu_k, max_k)   # exact: softmax and gradients unchanged
     out = _new(q.shape, q.dtype, q.device)
     lse = _new(rs, torch.float32, q.device)
     stats = _new(rs + (2,), torch.float32, q.device)
@@ -129,7 +153,7 @@ def backward_cuda(dout, q, k, v, out, stats, cu_q, cu_k, max_q, max_k, scale, wl
         return dq, dk, dv
     q, k, v, out, dout = (_kernel_ready(t) for t in (q, k, v, out, dout))
     if numerics == "gproj":
-        k, _ = center_keys(k, cu_k)   # the same exact shift the forward used
+        k, _ = center_keys_cuda(k, cu_k, max_k)   # the same exact shift the forward used
     rowstate = torch.empty(stats.shape, dtype=torch.float32, device=q.device)
     p = _params(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics)
     p.stats, p.rowstate = stats.data_ptr(), rowstate.data_ptr()

@@ -306,3 +306,25 @@ def test_hopper_forward_matches_mma_sync_oracle(dtype, d, numerics, monkeypatch)
         assert e_h <= 1.2 * e_o + 1e-4, (causal, window, e_h, e_o)
         fin = torch.isfinite(ref[1])
         torch.testing.assert_close(hopper[1][fin], oracle[1][fin], rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "fp16"])
+@pytest.mark.parametrize("d", HDIMS)
+def test_cuda_key_centering_equals_reference(dtype, d):
+    """The fused CUDA pre-pass gives bitwise the reference centering (dense and varlen)."""
+    from gproj_cuda.centering import center_keys
+    from gproj_cuda.ops import center_keys_cuda
+    g = torch.Generator(device=DEV).manual_seed(d)
+    w = (torch.randint(0, 2, (3, d), generator=g, device=DEV) * 2 - 1).float()
+    k = (torch.randn(2, 333, 3, d, generator=g, device=DEV) + 100 * w).to(dtype)
+    k[..., :5] = torch.randn(2, 333, 3, 5, generator=g, device=DEV).to(dtype)  # no offset there
+    kc, shift = center_keys_cuda(k, None, None)
+    rkc, rshift = center_keys(k)
+    assert torch.equal(kc, rkc) and torch.equal(shift, rshift)
+    assert (shift[..., 5:] != 0).float().mean() > 0.9 and (shift[..., :5] == 0).all()
+    cu = torch.tensor([0, 100, 100, 666], dtype=torch.int32, device=DEV)
+    kv = k.reshape(666, 3, d)
+    kc, shift = center_keys_cuda(kv, cu, 566)
+    rkc, rshift = center_keys(kv, cu)
+    assert torch.equal(kc, rkc) and torch.equal(shift, rshift)
+    assert (shift[1] == 0).all()  # the empty sequence

@@ -22,6 +22,7 @@ using bf16 = __nv_bfloat16;
 using fp16 = __half;
 template <typename T, int D> void forward_impl(const AttnParams&);
 template <typename T, int D> void backward_impl(const AttnParams&);
+template <typename T, int D> void center_keys_impl(const AttnParams&);
 
 #define GPROJ_FOR_EACH_CONFIG(X) \
   X(bf16, 64) X(bf16, 128) X(bf16, 256) X(fp16, 64) X(fp16, 128) X(fp16, 256)
@@ -29,7 +30,8 @@ template <typename T, int D> void backward_impl(const AttnParams&);
 // Configurations compiled into this build: set by CMake as GPROJ_HAS_<dtype>_<hdim>.
 #define GPROJ_DECLARE(dt, hd)                                       \
   extern template void forward_impl<dt, hd>(const AttnParams&);     \
-  extern template void backward_impl<dt, hd>(const AttnParams&);
+  extern template void backward_impl<dt, hd>(const AttnParams&);    \
+  extern template void center_keys_impl<dt, hd>(const AttnParams&);
 GPROJ_FOR_EACH_CONFIG(GPROJ_DECLARE)
 #undef GPROJ_DECLARE
 
@@ -174,6 +176,23 @@ int run_forward(const AttnParams& p, char* err, size_t err_len) {
       using T = decltype(t);
       constexpr int D = decltype(d)::value;
       if constexpr (Compiled<T, D>::value) forward_impl<T, D>(q);
+    });
+  }, err, err_len);
+}
+
+int run_center_keys(const AttnParams& p, char* err, size_t err_len) {
+  return guarded([&] {
+    if (!is_compiled(p.dtype, p.head_dim)) fail("center keys: head_dim %d / dtype %d not compiled", p.head_dim, p.dtype);
+    require_ptr(p.k, "k");
+    require_strides(p.k_stride, "k", p.cu_seqlens_k != 0);
+    require_ptr(p.k_centered, "k_centered");
+    require_strides(p.kc_stride, "k_centered", p.cu_seqlens_k != 0);
+    require_ptr(p.k_shift, "k_shift");
+    require_ptr(p.center_workspace, "center_workspace");
+    dispatch(p, [&](auto t, auto d) {
+      using T = decltype(t);
+      constexpr int D = decltype(d)::value;
+      if constexpr (Compiled<T, D>::value) center_keys_impl<T, D>(p);
     });
   }, err, err_len);
 }

@@ -12,6 +12,8 @@ enum Status : int { kOk = 0, kInvalidArgument = 1, kCudaError = 2, kNotCompiled 
 int run_forward(const AttnParams& p, char* err, size_t err_len);
 // Backward: dQ pass (writes dq, rowstate) then dK/dV pass (writes dk, dv, optional dk_accum).
 int run_backward(const AttnParams& p, char* err, size_t err_len);
+// gproj pre-pass: exact key centering, writes k_centered and k_shift (uses center_workspace).
+int run_center_keys(const AttnParams& p, char* err, size_t err_len);
 // Whether (dtype, head_dim) was compiled into this build.
 bool is_compiled(int dtype, int head_dim);
 // Head dims / dtypes compiled in, as text ("bf16:64,bf16:128,...").

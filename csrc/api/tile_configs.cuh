@@ -10,6 +10,7 @@
 #include "../common/cuda_check.h"
 #include "../forward/fwd_kernel.cuh"
 #include "../forward/fwd_sm90.cuh"
+#include "../prepost/center_keys.cuh"
 
 namespace gproj {
 

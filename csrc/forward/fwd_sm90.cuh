@@ -238,16 +238,16 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   CUTLASS_PRAGMA_UNROLL
   for (int r = 0; r < kRows; ++r) row_max[r] = -INFINITY, row_sum[r] = 0.f;
 
-  if (nb_max > nb_min) ss.barrier_q.wait(0);
-  PipelineState rd;
-  for (int nb = nb_max - 1; nb >= nb_min; --nb) {
+  // S of tile nb: issue the GEMM (asynchronous); the caller waits.
+  auto issue_s = [&](auto& tSrS, PipelineState& st) {
+    pipe_k.consumer_wait(st);
+    wg_gemm<true>(mma_qk, tSrQ, tSrK(_, _, _, st.index()), tSrS);
+  };
+  // Mask + online softmax of one S tile, in place (S <- p); returns nothing, records in
+  // `rescale` the factor the O accumulator must be multiplied by before the next P.V.
+  float rescale[kRows];
+  auto softmax = [&](auto& tSrS, int nb) {
     const int n0 = nb * kBlockN;
-    Tensor tSrS = partition_fragment_C(mma_qk, select<0, 1>(typename Traits::TileShape{}));
-    pipe_k.consumer_wait(rd);
-    wg_gemm<true>(mma_qk, tSrQ, tSrK(_, _, _, rd.index()), tSrS);
-    warpgroup_wait<0>();
-    pipe_k.consumer_release(rd);
-
     if (mask.tile_partial(m0, m0 + kBlockM, n0, n0 + kBlockN)) {
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < size(tSrS); ++i) {
@@ -261,35 +261,68 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       CUTLASS_PRAGMA_UNROLL
       for (int j = 0; j < size<1>(s_rc); ++j) mx = fmaxf(mx, s_rc(r, j));
       const float m_new = fmaxf(row_max[r], quad_max(mx));
-      const float m_use = m_new == -INFINITY ? 0.f : m_new;
-      const float rescale = exp2_approx((row_max[r] - m_use) * c);
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;  // row sees no key yet: p = 0
+      rescale[r] = exp2_approx((row_max[r] - m_use) * c);
       row_max[r] = m_new;
       float sum = 0.f;
       CUTLASS_PRAGMA_UNROLL
       for (int j = 0; j < size<1>(s_rc); ++j) {
         float x;
         if constexpr (kGProj) {
-          x = exp2_approx((s_rc(r, j) - m_use) * c);
+          x = exp2_approx((s_rc(r, j) - m_use) * c);       // exact max: exp2(0) = 1
         } else {
-          x = exp2_approx(fmaf(s_rc(r, j), c, -(m_use * c)));
+          x = exp2_approx(fmaf(s_rc(r, j), c, -(m_use * c)));  // FA3's fused form
         }
         s_rc(r, j) = x;
         sum += x;
       }
-      row_sum[r] = row_sum[r] * rescale + sum;
-      CUTLASS_PRAGMA_UNROLL
-      for (int j = 0; j < size<1>(o_rc); ++j) o_rc(r, j) *= rescale;
+      row_sum[r] = row_sum[r] * rescale[r] + sum;
     }
-    // P rounded once into the A operand of the PV GEMM.
-    Tensor tOrP = make_tensor_like<Element>(tSrS);
+  };
+  auto rescale_o = [&]() {
+    CUTLASS_PRAGMA_UNROLL
+    for (int r = 0; r < kRows; ++r)
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < size<1>(o_rc); ++j) o_rc(r, j) *= rescale[r];
+  };
+  // P rounded once into the A operand of the PV GEMM.
+  auto to_p = [&](auto const& tSrS, auto& tOrP) {
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < size(tSrS); ++i) tOrP(i) = static_cast<Element>(tSrS(i));
+  };
+
+  if (nb_max > nb_min) {
+    ss.barrier_q.wait(0);
+    PipelineState rd_k, rd_v;
+    Tensor tSrS = partition_fragment_C(mma_qk, select<0, 1>(typename Traits::TileShape{}));
+    Tensor tOrP = make_tensor_like<Element>(tSrS);
     Tensor tOrPa = make_tensor(tOrP.data(), acc_to_a_layout(tSrS.layout()));
-    pipe_v.consumer_wait(rd);
-    wg_gemm<false>(mma_pv, tOrPa, tOrV(_, _, _, rd.index()), tOrO);
+    issue_s(tSrS, rd_k);
     warpgroup_wait<0>();
-    pipe_v.consumer_release(rd);
-    ++rd;
+    pipe_k.consumer_release(rd_k);
+    ++rd_k;
+    softmax(tSrS, nb_max - 1);
+    to_p(tSrS, tOrP);
+    // Steady state: S of the next tile and P.V of this one in flight together; the softmax of
+    // the next tile runs while the tensor cores finish P.V (intra-warpgroup overlap).
+    for (int nb = nb_max - 2; nb >= nb_min; --nb) {
+      issue_s(tSrS, rd_k);
+      pipe_v.consumer_wait(rd_v);
+      wg_gemm<false>(mma_pv, tOrPa, tOrV(_, _, _, rd_v.index()), tOrO);
+      warpgroup_wait<1>();  // S done (P.V may still run)
+      pipe_k.consumer_release(rd_k);
+      ++rd_k;
+      softmax(tSrS, nb);
+      warpgroup_wait<0>();  // P.V done: O may be rescaled, P overwritten, V released
+      pipe_v.consumer_release(rd_v);
+      ++rd_v;
+      rescale_o();
+      to_p(tSrS, tOrP);
+    }
+    pipe_v.consumer_wait(rd_v);
+    wg_gemm<false>(mma_pv, tOrPa, tOrV(_, _, _, rd_v.index()), tOrO);
+    warpgroup_wait<0>();
+    pipe_v.consumer_release(rd_v);
   }
 
   // ---------------- epilogue: normalize, store O, LSE and the softmax state ----------------

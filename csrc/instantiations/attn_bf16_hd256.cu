@@ -5,4 +5,5 @@
 namespace gproj {
 template void forward_impl<bf16, 256>(const AttnParams&);
 template void backward_impl<bf16, 256>(const AttnParams&);
+template void center_keys_impl<bf16, 256>(const AttnParams&);
 }  // namespace gproj

@@ -5,4 +5,5 @@
 namespace gproj {
 template void forward_impl<fp16, 128>(const AttnParams&);
 template void backward_impl<fp16, 128>(const AttnParams&);
+template void center_keys_impl<fp16, 128>(const AttnParams&);
 }  // namespace gproj

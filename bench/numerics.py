@@ -56,7 +56,7 @@ O_SLACK = 1e-4         # gproj: O error <= 2x FP32-rounded + this (as tests/test
 FMA_EDGE_VALUE = 133120
 
 # display name -> (record impl, record numerics); order = table column order
-BACKENDS = ["gproj", "fa3-mode", "cuDNN", "FA2", "FP32"]
+BACKENDS = ["gproj", "fa3-mode", "cuDNN", "FA2", "FP32", "fa3-emu"]
 
 
 def _commit():
@@ -151,6 +151,10 @@ def make_backends(device, wanted, emulator_on_gpu=False):
                   "skipped on CPU")
     if "FP32" in wanted:
         arms["FP32"] = ("fp32_math", None, _fp32_arm)
+    if use_kernels and "fa3-emu" in wanted:
+        # FA3's arithmetic emulated (on the GPU tensors): the yardstick of the fa3 mode (SPEC:
+        # the kernel's fa3 mode within 2x of a faithful emulation of FA3 arithmetic).
+        arms["fa3-emu"] = ("emulator", "fa3", _emulator_arm("fa3"))
     return arms
 
 

@@ -29,6 +29,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 
 def _commit():
+    if os.environ.get("GPROJ_COMMIT"):
+        return os.environ["GPROJ_COMMIT"]
     try:
         return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"],
                                        cwd=os.path.dirname(__file__), text=True).strip()

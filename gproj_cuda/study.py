@@ -73,9 +73,15 @@ def _arms(device: str, dtype):
 
 def run_study(*, seqlen=512, head_dim=64, heads=2, batch=1, dtype=torch.bfloat16, device="cpu",
               kmeans=(0, 32, 256, 1024), qmeans=(0, 16), qscales=(1, 16, 32),
-              causals=(False, True), seed=0, out=sys.stdout, progress=True):
+              causals=(False, True), seed=0, out=sys.stdout):
     """Run the grid, print a table as it goes, return the list of ``Point``."""
-    torch.set_grad_enabled(False)
+    with torch.no_grad():
+        return _run_study(seqlen, head_dim, heads, batch, dtype, device, kmeans, qmeans, qscales,
+                          causals, seed, out)
+
+
+def _run_study(seqlen, head_dim, heads, batch, dtype, device, kmeans, qmeans, qscales, causals,
+               seed, out):
     arms = _arms(device, dtype)
     names = [n for n, _ in arms]
     grid = list(itertools.product(causals, kmeans, qmeans, qscales))

@@ -26,7 +26,7 @@ __device__ __forceinline__ float dec_order(uint32_t e) {
   return __uint_as_float((e & 0x80000000u) ? (e & 0x7fffffffu) : ~e);
 }
 
-constexpr int kCenterRows = 64;  // key rows per block
+constexpr int kCenterRows = 256;  // key rows per block
 
 template <typename T, int D>
 __global__ void __launch_bounds__(256) key_range_kernel(const AttnParams p, uint32_t* lo_enc,
@@ -52,13 +52,20 @@ __global__ void __launch_bounds__(256) key_range_kernel(const AttnParams p, uint
       lo[2 * e + 1] = fminf(lo[2 * e + 1], f.y), hi[2 * e + 1] = fmaxf(hi[2 * e + 1], f.y);
     }
   }
-  const int64_t slot = (int64_t(b) * p.heads_k + hk) * D + col;
+  // Reduce over the block's rows in shared memory, then one atomic per coordinate and block:
+  // thousands of blocks hitting the same few addresses otherwise serialize on the atomics.
+  __shared__ float s_lo[kRowsInFlight][D], s_hi[kRowsInFlight][D];
+  const int rif = threadIdx.x / kThreadsPerRow;
 #pragma unroll
-  for (int e = 0; e < 8; ++e) {
-    if (lo[e] <= hi[e]) {  // this thread saw at least one row
-      atomicMin(lo_enc + slot + e, enc_order(lo[e]));
-      atomicMax(hi_enc + slot + e, enc_order(hi[e]));
-    }
+  for (int e = 0; e < 8; ++e) s_lo[rif][col + e] = lo[e], s_hi[rif][col + e] = hi[e];
+  __syncthreads();
+  for (int d = threadIdx.x; d < D; d += 256) {
+    float l = INFINITY, h = -INFINITY;
+#pragma unroll 4
+    for (int r = 0; r < kRowsInFlight; ++r) l = fminf(l, s_lo[r][d]), h = fmaxf(h, s_hi[r][d]);
+    const int64_t slot = (int64_t(b) * p.heads_k + hk) * D + d;
+    atomicMin(lo_enc + slot, enc_order(l));
+    atomicMax(hi_enc + slot, enc_order(h));
   }
 }
 

@@ -57,6 +57,7 @@ PYBIND11_MODULE(_C, m) {
       .def_readwrite("rowstate", &AttnParams::rowstate)
       .def_readwrite("k_shift", &AttnParams::k_shift)
       .def_readwrite("k_centered", &AttnParams::k_centered)
+      .def_readwrite("q_shift", &AttnParams::q_shift)
       .def_readwrite("center_workspace", &AttnParams::center_workspace)
       .def_readwrite("cu_seqlens_q", &AttnParams::cu_seqlens_q)
       .def_readwrite("cu_seqlens_k", &AttnParams::cu_seqlens_k)

@@ -31,7 +31,9 @@ def _segment_ids(cu_seqlens: torch.Tensor, total: int) -> torch.Tensor:
 
 
 def key_shift(k: torch.Tensor, cu_seqlens_k: torch.Tensor | None = None) -> torch.Tensor:
-    """Per-(sequence, kv head) shift ``c`` of shape (B, Hk, d), in k's dtype, exact to subtract."""
+    """Per-(sequence, head) shift ``c`` of shape (B, H, d), in k's dtype, exact to subtract.
+
+    Used for the keys (scores, dQ) and, inside the dK GEMM only, for the queries too."""
     kf = k.float()
     if cu_seqlens_k is None:
         lo = kf.amin(dim=1)
@@ -45,8 +47,9 @@ def key_shift(k: torch.Tensor, cu_seqlens_k: torch.Tensor | None = None) -> torc
             0, idx, kf, "amin", include_self=True)
         hi = torch.full(shape, float("-inf"), device=k.device).scatter_reduce(
             0, idx, kf, "amax", include_self=True)
-    positive = (lo > 0) & (hi <= 2 * lo)
-    negative = (hi < 0) & (lo >= 2 * hi)
+    seen = torch.isfinite(lo) & torch.isfinite(hi)   # an empty sequence has no keys: c = 0
+    positive = seen & (lo > 0) & (hi <= 2 * lo)
+    negative = seen & (hi < 0) & (lo >= 2 * hi)
     mid = ((lo + hi) * 0.5).to(k.dtype)
     return torch.where(positive | negative, mid, torch.zeros_like(mid))
 

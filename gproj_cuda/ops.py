@@ -82,18 +82,19 @@ def _params(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics):
     return p
 
 
-def center_keys_cuda(k, cu_k, max_k):
+def center_keys_cuda(k, cu_k, max_k, shift_only=False):
     """Exact key centering on the GPU (csrc/prepost/center_keys.cuh): ``(K - c, c)``, bitwise
     equal to ``centering.center_keys`` (the PyTorch reference) in two fused kernels."""
     C = _ext.extension()
     varlen = cu_k is not None
     nseq = (cu_k.shape[0] - 1) if varlen else k.shape[0]
-    kc = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+    kc = None if shift_only else torch.empty(k.shape, dtype=k.dtype, device=k.device)
     shift = torch.empty((nseq, k.shape[-2], k.shape[-1]), dtype=k.dtype, device=k.device)
     work = torch.empty((2, nseq, k.shape[-2], k.shape[-1]), dtype=torch.int32, device=k.device)
     p = C.Params()
     p.k, p.k_stride = k.data_ptr(), _strides3(k, varlen)
-    p.k_centered, p.kc_stride = kc.data_ptr(), _strides3(kc, varlen)
+    if kc is not None:
+        p.k_centered, p.kc_stride = kc.data_ptr(), _strides3(kc, varlen)
     p.k_shift, p.center_workspace = shift.data_ptr(), work.data_ptr()
     p.batch, p.heads_k, p.heads, p.head_dim = nseq, k.shape[-2], k.shape[-2], k.shape[-1]
     p.seqlen_k = max_k if varlen else k.shape[1]
@@ -152,11 +153,15 @@ def backward_cuda(dout, q, k, v, out, stats, cu_q, cu_k, max_q, max_k, scale, wl
             dk_accum.zero_()
         return dq, dk, dv
     q, k, v, out, dout = (_kernel_ready(t) for t in (q, k, v, out, dout))
+    q_shift = None
     if numerics == "gproj":
         k, _ = center_keys_cuda(k, cu_k, max_k)   # the same exact shift the forward used
+        _, q_shift = center_keys_cuda(q, cu_q, max_q, shift_only=True)  # for the dK GEMM
     rowstate = torch.empty(stats.shape, dtype=torch.float32, device=q.device)
     p = _params(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics)
     p.stats, p.rowstate = stats.data_ptr(), rowstate.data_ptr()
+    if q_shift is not None:
+        p.q_shift = q_shift.data_ptr()
     p.out, p.o_stride = out.data_ptr(), _strides3(out, varlen)
     p.dout, p.do_stride = dout.data_ptr(), _strides3(dout, varlen)
     p.dq, p.dq_stride = dq.data_ptr(), _strides3(dq, varlen)

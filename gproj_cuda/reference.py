@@ -27,7 +27,7 @@ from typing import Iterator, Optional
 
 import torch
 
-from .centering import center_keys
+from .centering import center_keys, key_shift
 from .masks import normalize_window, visible
 
 LOG2E = 1.4426950408889634
@@ -349,6 +349,7 @@ def emulate_backward(do, q, k, v, out, stats, *, numerics="gproj", causal=False,
     dv = torch.zeros(v.shape, dtype=gdt, device=q.device)
     if numerics == "gproj":
         k, _ = center_keys(k, cu_seqlens_k)   # the same exact shift as the forward
+        q_shifts = key_shift(q, cu_seqlens_q).float()   # for the dK GEMM (exact, see below)
     gt = _grad_gemm_dtype(q.dtype, numerics)
 
     for b, qr, kr in _segments(q, k, cu_seqlens_q, cu_seqlens_k):
@@ -356,6 +357,7 @@ def emulate_backward(do, q, k, v, out, stats, *, numerics="gproj", causal=False,
         dos = _take(do, b, qr, varlen).float()
         os_ = _take(out, b, qr, varlen).float()
         st = _get_rowstat(stats, b, qr, varlen)
+        q_shift = q_shifts[b] if numerics == "gproj" else None
         nq, nk = qs.shape[1], ks.shape[1]
         dq_seg = torch.zeros(h, nq, q.shape[-1], dtype=torch.float32, device=q.device)
         dk_seg = torch.zeros(hk, nk, k.shape[-1], dtype=torch.float32, device=q.device)
@@ -399,8 +401,16 @@ def emulate_backward(do, q, k, v, out, stats, *, numerics="gproj", causal=False,
                     r1 = a - a_hi
                     a_mid = r1.to(gt).float()
                     a_lo = (r1 - a_mid).to(gt).float()
-                    dk_acc = (a_hi.transpose(-1, -2) @ q_g + a_mid.transpose(-1, -2) @ q_g
-                              + a_lo.transpose(-1, -2) @ q_g)
+                    # The GEMM takes exactly centered queries q' = q - c_q, and the common part
+                    # returns as the rank-one c_q (x) colsum(A) in fp32: the tensor cores' fp32
+                    # accumulation (truncating, on Hopper) is then relative to the queries'
+                    # spread, not to a large query mean (one stress point reached a Σ_j dK_j
+                    # residual of 3e-5 on the H200 without this).
+                    qc_g = (qh - q_shift[hc].unsqueeze(1)).to(gt).float()
+                    colsum = (a_hi + a_mid + a_lo).sum(-2)                   # (h, nk), fp32
+                    dk_acc = (a_hi.transpose(-1, -2) @ qc_g + a_mid.transpose(-1, -2) @ qc_g
+                              + a_lo.transpose(-1, -2) @ qc_g
+                              + colsum.unsqueeze(-1) * q_shift[hc].unsqueeze(1))
                 else:
                     dk_acc = ds_t.transpose(-1, -2) @ q_g
                 dv_acc = p_t.transpose(-1, -2) @ do_g

@@ -185,8 +185,8 @@ int run_center_keys(const AttnParams& p, char* err, size_t err_len) {
     if (!is_compiled(p.dtype, p.head_dim)) fail("center keys: head_dim %d / dtype %d not compiled", p.head_dim, p.dtype);
     require_ptr(p.k, "k");
     require_strides(p.k_stride, "k", p.cu_seqlens_k != 0);
-    require_ptr(p.k_centered, "k_centered");
-    require_strides(p.kc_stride, "k_centered", p.cu_seqlens_k != 0);
+    if (p.k_centered) require_ptr(p.k_centered, "k_centered");
+    if (p.k_centered) require_strides(p.kc_stride, "k_centered", p.cu_seqlens_k != 0);
     require_ptr(p.k_shift, "k_shift");
     require_ptr(p.center_workspace, "center_workspace");
     dispatch(p, [&](auto t, auto d) {
@@ -212,6 +212,7 @@ int run_backward(const AttnParams& p, char* err, size_t err_len) {
     require_ptr(p.dv, "dv");
     require_strides(p.dv_stride, "dv", varlen);
     require_ptr(p.rowstate, "rowstate");
+    if (p.numerics == int(Numerics::kGProj)) require_ptr(p.q_shift, "q_shift");
     if (p.dk_accum % 16) fail("dk_accum must be 16-byte aligned");
     dispatch(p, [&](auto t, auto d) {
       using T = decltype(t);

@@ -23,7 +23,8 @@ struct AttnParams {
   uint64_t stats = 0;         // float2 {raw score max, log2(row sum)}: forward -> backward
   uint64_t rowstate = 0;      // float2 {delta, lambda}: dQ pass -> dK/dV pass
   uint64_t k_shift = 0;       // [batch][head_k][dim] in the input dtype: exact key centering
-  uint64_t k_centered = 0;    // centering pre-pass output K' = K - k_shift (kc_stride)
+  uint64_t q_shift = 0;       // [batch][head][dim]: exact query centering inside the dK GEMM
+  uint64_t k_centered = 0;    // centering pre-pass output K' = K - k_shift (kc_stride; 0: skip)
   uint64_t center_workspace = 0;  // centering pre-pass scratch: 2 * batch * head_k * dim uint32
   uint64_t cu_seqlens_q = 0, cu_seqlens_k = 0;   // int32 [batch + 1]; 0 = dense
 

@@ -8,7 +8,10 @@
 //   fa3:   dK += dS~^T Q
 //   gproj: A = dS~ - lambda P~ in fp32 (lambda from the dQ pass, over the same rounded values:
 //          every row of A sums to zero to fp32 rounding), split A = A_hi + A_mid + A_lo into
-//          three rounded parts, dK += A_hi^T Q + A_mid^T Q + A_lo^T Q.
+//          three rounded parts, dK += A_part^T Q' with exactly centered queries Q' = Q - c_q,
+//          and per head dK += c_q (x) colsum(A) in fp32. The tensor cores' fp32 accumulation
+//          truncates relative to the largest product: against uncentered queries with a large
+//          common mean that alone left sum_j dK_j at 3e-5 of sum_j |dK_j| on one stress point.
 // Why three parts: the keys' common gradient sum_j dK_j must vanish to 1e-5 of sum_j |dK_j|.
 // One rounding of the correction (SPEC's P~^T bf16(lambda q)) leaves 2^-9 of the leak it
 // removes; two parts leave 2^-17 of it, or of |A||Q| when A itself is split; each fails the bar
@@ -27,13 +30,14 @@ struct BwdDkdvConfig {
   using T = T_;
   using TG = typename GradGemmType<T_, kGProj_>::type;
   static constexpr bool kConvert = !std::is_same<T, TG>::value;  // FP16 gproj: BF16 copies
+  static constexpr bool kOwnQ = kConvert || kGProj_;  // a separate (converted/centered) Q tile
   static constexpr int D = D_, BN = BN_, BM = BM_, DSPLIT = DSPLIT_;
   static constexpr int DW = D / DSPLIT;
   static constexpr int kRowGroups = BN / 16;
   static constexpr int kThreads = kRowGroups * DSPLIT * 32;
   static constexpr int LD = D + 8;
   // sK, sV (BN rows) and sQ, sDO (BM rows) in T; BF16 copies of Q and dO when converting.
-  static constexpr int kTiles = 2 * BN + 2 * BM + (kConvert ? 2 * BM : 0);
+  static constexpr int kTiles = 2 * BN + 2 * BM + (kOwnQ ? BM : 0) + (kConvert ? BM : 0);
   static constexpr int kSmemBytes = kTiles * LD * 2 + BM * int(sizeof(float)) * 5;
 };
 
@@ -49,16 +53,14 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_dkdv_kernel(const AttnParam
   T* sQ = sV + BN * LD;
   T* sDO = sQ + BM * LD;
   TG* sQg = reinterpret_cast<TG*>(sDO + BM * LD);
-  TG* sDOg = sQg + (Cfg::kConvert ? BM * LD : 0);
+  TG* sDOg = sQg + (Cfg::kOwnQ ? BM * LD : 0);
   float* sM = reinterpret_cast<float*>(sDOg + (Cfg::kConvert ? BM * LD : 0));
   float* sLog2l = sM + BM;
   float* sLse2 = sLog2l + BM;
   float* sDelta = sLse2 + BM;
   float* sLam = sDelta + BM;
-  if constexpr (!Cfg::kConvert) {
-    sQg = reinterpret_cast<TG*>(sQ);
-    sDOg = reinterpret_cast<TG*>(sDO);
-  }
+  if constexpr (!Cfg::kOwnQ) sQg = reinterpret_cast<TG*>(sQ);
+  if constexpr (!Cfg::kConvert) sDOg = reinterpret_cast<TG*>(sDO);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wrow = warp % Cfg::kRowGroups, wd = warp / Cfg::kRowGroups;
@@ -92,6 +94,9 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_dkdv_kernel(const AttnParam
 
   for (int hg = 0; hg < group; ++hg) {
     const int h = hk * group + hg;
+    const T* q_shift = kGProj ? reinterpret_cast<const T*>(p.q_shift) + (int64_t(b) * p.heads + h) * D
+                              : nullptr;
+    float colsum[2] = {0.f, 0.f};  // per key row: sum over queries of A_hi + A_mid + A_lo
     for (int mb = mb_min; mb < mb_max; ++mb) {
       const int i0 = mb * BM;
       const int i_end = min(i0 + BM, seq.nq);
@@ -121,11 +126,16 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_dkdv_kernel(const AttnParam
       }
       cp_async_wait<0>();
       __syncthreads();
-      if constexpr (Cfg::kConvert) {
-        convert_tile<TG, T, BM, D, Cfg::kThreads>(sQg, sQ, tid);
-        convert_tile<TG, T, BM, D, Cfg::kThreads>(sDOg, sDO, tid);
-        __syncthreads();
+      if constexpr (Cfg::kOwnQ) {
+        for (int idx = tid; idx < BM * D; idx += Cfg::kThreads) {
+          const int r = idx / D, d = idx % D;
+          float x = to_float(sQ[r * LD + d]);
+          if constexpr (kGProj) x -= to_float(q_shift[d]);  // exact (Sterbenz), in fp32
+          sQg[r * LD + d] = from_float<TG>(x);
+        }
       }
+      if constexpr (Cfg::kConvert) convert_tile<TG, T, BM, D, Cfg::kThreads>(sDOg, sDO, tid);
+      if constexpr (Cfg::kOwnQ) __syncthreads();
 
       float st[NT_S][4], dpt[NT_S][4];
       zero(st);
@@ -169,16 +179,27 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_dkdv_kernel(const AttnParam
           }
         uint32_t part[KT][4];
         acc_to_a<TG, NT_S>(part, dpt);
+        add_rounded_row_sums<TG, KT>(colsum, part);
         gemm_rs_kn<TG, NT_D, KT>(acc_dk, part, sQg + wd * DW, LD, lane);
         acc_to_a<TG, NT_S>(part, st);
+        add_rounded_row_sums<TG, KT>(colsum, part);
         gemm_rs_kn<TG, NT_D, KT>(acc_dk, part, sQg + wd * DW, LD, lane);
         acc_to_a<TG, NT_S>(part, lo);
+        add_rounded_row_sums<TG, KT>(colsum, part);
         gemm_rs_kn<TG, NT_D, KT>(acc_dk, part, sQg + wd * DW, LD, lane);
       } else {
         uint32_t dsa[KT][4];
         acc_to_a<TG, NT_S>(dsa, dpt);
         gemm_rs_kn<TG, NT_D, KT>(acc_dk, dsa, sQg + wd * DW, LD, lane);
       }
+    }
+    if constexpr (kGProj) {  // the queries' common part, as a rank-one update in fp32
+      const float cs[2] = {quad_sum(colsum[0]), quad_sum(colsum[1])};
+#pragma unroll
+      for (int nt = 0; nt < NT_D; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          acc_dk[nt][e] += cs[e >> 1] * to_float(q_shift[wd * DW + acc_col(lane, nt, e)]);
     }
   }
   cp_async_wait<0>();  // (no query tile at all: the K/V loads may still be in flight)

@@ -91,7 +91,7 @@ __global__ void __launch_bounds__(256) center_kernel(const AttnParams p, const u
 #pragma unroll
     for (int e = 0; e < 8; ++e) shift[e] = from_float<T>(c[e]);
   }
-  if (r0 >= seq.nk) return;
+  if (r0 >= seq.nk || p.k_centered == 0) return;  // k_centered = 0: only the shift is wanted
   const T* src = reinterpret_cast<const T*>(p.k) + b * p.k_stride[0] + hk * p.k_stride[2] + col;
   T* dst = reinterpret_cast<T*>(p.k_centered) + b * p.kc_stride[0] + hk * p.kc_stride[2] + col;
   for (int r = r0 + threadIdx.x / kThreadsPerRow; r < min(r0 + kCenterRows, seq.nk);

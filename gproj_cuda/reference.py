@@ -407,10 +407,11 @@ def emulate_backward(do, q, k, v, out, stats, *, numerics="gproj", causal=False,
                     # spread, not to a large query mean (one stress point reached a Σ_j dK_j
                     # residual of 3e-5 on the H200 without this).
                     qc_g = (qh - q_shift[hc].unsqueeze(1)).to(gt).float()
-                    colsum = (a_hi + a_mid + a_lo).sum(-2)                   # (h, nk), fp32
+                    # colsum in fp64: it is multiplied by the (large) query mean.
+                    colsum = (a_hi.double() + a_mid.double() + a_lo.double()).sum(-2)
+                    rank1 = (colsum.unsqueeze(-1) * q_shift[hc].double().unsqueeze(1)).float()
                     dk_acc = (a_hi.transpose(-1, -2) @ qc_g + a_mid.transpose(-1, -2) @ qc_g
-                              + a_lo.transpose(-1, -2) @ qc_g
-                              + colsum.unsqueeze(-1) * q_shift[hc].unsqueeze(1))
+                              + a_lo.transpose(-1, -2) @ qc_g + rank1)
                 else:
                     dk_acc = ds_t.transpose(-1, -2) @ q_g
                 dv_acc = p_t.transpose(-1, -2) @ do_g

@@ -96,7 +96,9 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_dkdv_kernel(const AttnParam
     const int h = hk * group + hg;
     const T* q_shift = kGProj ? reinterpret_cast<const T*>(p.q_shift) + (int64_t(b) * p.heads + h) * D
                               : nullptr;
-    float colsum[2] = {0.f, 0.f};  // per key row: sum over queries of A_hi + A_mid + A_lo
+    // Per key row: sum over queries of A_hi + A_mid + A_lo. In fp64: this sum is multiplied by
+    // the (large) query mean c_q, so its rounding would reappear in sum_j dK_j.
+    double colsum[2] = {0.0, 0.0};
     for (int mb = mb_min; mb < mb_max; ++mb) {
       const int i0 = mb * BM;
       const int i_end = min(i0 + BM, seq.nq);
@@ -179,13 +181,13 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_dkdv_kernel(const AttnParam
           }
         uint32_t part[KT][4];
         acc_to_a<TG, NT_S>(part, dpt);
-        add_rounded_row_sums<TG, KT>(colsum, part);
+        add_rounded_row_sums_f64<TG, KT>(colsum, part);
         gemm_rs_kn<TG, NT_D, KT>(acc_dk, part, sQg + wd * DW, LD, lane);
         acc_to_a<TG, NT_S>(part, st);
-        add_rounded_row_sums<TG, KT>(colsum, part);
+        add_rounded_row_sums_f64<TG, KT>(colsum, part);
         gemm_rs_kn<TG, NT_D, KT>(acc_dk, part, sQg + wd * DW, LD, lane);
         acc_to_a<TG, NT_S>(part, lo);
-        add_rounded_row_sums<TG, KT>(colsum, part);
+        add_rounded_row_sums_f64<TG, KT>(colsum, part);
         gemm_rs_kn<TG, NT_D, KT>(acc_dk, part, sQg + wd * DW, LD, lane);
       } else {
         uint32_t dsa[KT][4];
@@ -194,12 +196,17 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_dkdv_kernel(const AttnParam
       }
     }
     if constexpr (kGProj) {  // the queries' common part, as a rank-one update in fp32
-      const float cs[2] = {quad_sum(colsum[0]), quad_sum(colsum[1])};
+      double cs[2] = {colsum[0], colsum[1]};
+#pragma unroll
+      for (int rr = 0; rr < 2; ++rr) {
+        cs[rr] += __shfl_xor_sync(0xffffffff, cs[rr], 1);
+        cs[rr] += __shfl_xor_sync(0xffffffff, cs[rr], 2);
+      }
 #pragma unroll
       for (int nt = 0; nt < NT_D; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-          acc_dk[nt][e] += cs[e >> 1] * to_float(q_shift[wd * DW + acc_col(lane, nt, e)]);
+          acc_dk[nt][e] += float(cs[e >> 1] * double(to_float(q_shift[wd * DW + acc_col(lane, nt, e)])));
     }
   }
   cp_async_wait<0>();  // (no query tile at all: the K/V loads may still be in flight)

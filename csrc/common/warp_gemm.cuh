@@ -86,6 +86,18 @@ __device__ __forceinline__ void add_rounded_row_sums(float (&sums)[2], const uin
   }
 }
 
+// The same in fp64 (for sums that are later multiplied by a large factor).
+template <typename T, int KT>
+__device__ __forceinline__ void add_rounded_row_sums_f64(double (&sums)[2], const uint32_t (&a)[KT][4]) {
+#pragma unroll
+  for (int kt = 0; kt < KT; ++kt) {
+    const float2 x0 = unpack2<T>(a[kt][0]), x1 = unpack2<T>(a[kt][1]);
+    const float2 x2 = unpack2<T>(a[kt][2]), x3 = unpack2<T>(a[kt][3]);
+    sums[0] += (double(x0.x) + double(x0.y)) + (double(x2.x) + double(x2.y));
+    sums[1] += (double(x1.x) + double(x1.y)) + (double(x3.x) + double(x3.y));
+  }
+}
+
 template <int NT>
 __device__ __forceinline__ void zero(float (&acc)[NT][4]) {
 #pragma unroll

@@ -29,7 +29,7 @@ def _parser():
                "on your own model's attention calls (see 'python -m gproj_cuda audit --help').")
     ap.add_argument("--seqlen", type=int, default=512, help="sequence length N (default 512)")
     ap.add_argument("--head-dim", type=int, default=64, choices=(64, 128, 256))
-    ap.add_argument("--heads", type=int, default=2)
+    ap.add_argument("--heads", type=int, default=1)
     ap.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16")
     ap.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                     help="auto: the kernels too if a usable GPU is present (default)")

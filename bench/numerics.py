@@ -45,6 +45,9 @@ import zlib
 
 import torch
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import commit as _commit  # noqa: E402
+
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import gproj_cuda  # noqa: E402
 from gproj_cuda import reference  # noqa: E402
@@ -59,16 +62,6 @@ FMA_EDGE_VALUE = 133120
 BACKENDS = ["gproj", "fa3-mode", "cuDNN", "FA2", "FP32", "fa3-emu"]
 
 
-def _commit():
-    # GPROJ_COMMIT=<hash> for a tree copied without .git (e.g. the GPU machine)
-    if os.environ.get("GPROJ_COMMIT"):
-        return os.environ["GPROJ_COMMIT"]
-    try:
-        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"],
-                                       cwd=os.path.dirname(os.path.abspath(__file__)),
-                                       text=True, stderr=subprocess.DEVNULL).strip()
-    except Exception:
-        return None
 
 
 def _dtype_name(dt):

@@ -23,19 +23,14 @@ import time
 
 import torch
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import commit as _commit  # noqa: E402
+
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import gproj_cuda  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 
-def _commit():
-    if os.environ.get("GPROJ_COMMIT"):
-        return os.environ["GPROJ_COMMIT"]
-    try:
-        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"],
-                                       cwd=os.path.dirname(__file__), text=True).strip()
-    except Exception:
-        return None
 
 
 def flops(batch, heads, seqlen_q, seqlen_k, d, causal, op):

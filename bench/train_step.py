@@ -37,6 +37,9 @@ import sys
 import time
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import commit as _commit  # noqa: E402
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -51,16 +54,6 @@ IMPLS = {  # name -> (record impl, record numerics)
 }
 
 
-def _commit():
-    # GPROJ_COMMIT=<hash> for a tree copied without .git (e.g. the GPU machine)
-    if os.environ.get("GPROJ_COMMIT"):
-        return os.environ["GPROJ_COMMIT"]
-    try:
-        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"],
-                                       cwd=os.path.dirname(os.path.abspath(__file__)),
-                                       text=True, stderr=subprocess.DEVNULL).strip()
-    except Exception:
-        return None
 
 
 def attention(impl, q, k, v):

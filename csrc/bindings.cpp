@@ -22,6 +22,18 @@ void raise_on_error(int status, const char* msg) {
   throw std::runtime_error(msg);
 }
 
+// A launch function of the C API as a Python callable: releases the GIL while launching.
+template <int (*Launch)(const AttnParams&, char*, size_t)>
+void launch(const AttnParams& p) {
+  char msg[1024] = {0};
+  int st;
+  {
+    py::gil_scoped_release nogil;
+    st = Launch(p, msg, sizeof(msg));
+  }
+  raise_on_error(st, msg);
+}
+
 template <size_t N>
 std::array<int64_t, N> get3(const int64_t (&a)[N]) {
   std::array<int64_t, N> r;
@@ -88,33 +100,12 @@ PYBIND11_MODULE(_C, m) {
       .def_readwrite("device", &AttnParams::device)
       .def_readwrite("stream", &AttnParams::stream);
 
-  m.def("forward", [](const AttnParams& p) {
-    char msg[1024] = {0};
-    int st;
-    {
-      py::gil_scoped_release nogil;
-      st = gproj::run_forward(p, msg, sizeof(msg));
-    }
-    raise_on_error(st, msg);
-  }, "Launch the forward kernel on p.stream (asynchronous).");
-  m.def("backward", [](const AttnParams& p) {
-    char msg[1024] = {0};
-    int st;
-    {
-      py::gil_scoped_release nogil;
-      st = gproj::run_backward(p, msg, sizeof(msg));
-    }
-    raise_on_error(st, msg);
-  }, "Launch the two backward passes on p.stream (asynchronous).");
-  m.def("center_keys", [](const AttnParams& p) {
-    char msg[1024] = {0};
-    int st;
-    {
-      py::gil_scoped_release nogil;
-      st = gproj::run_center_keys(p, msg, sizeof(msg));
-    }
-    raise_on_error(st, msg);
-  }, "gproj pre-pass: K' = K - c (exact key centering) and c, on p.stream.");
+  m.def("forward", &launch<gproj::run_forward>,
+        "Launch the forward kernel on p.stream (asynchronous).");
+  m.def("backward", &launch<gproj::run_backward>,
+        "Launch the two backward passes on p.stream (asynchronous).");
+  m.def("center_keys", &launch<gproj::run_center_keys>,
+        "gproj pre-pass: K' = K - c (exact key centering) and c, on p.stream.");
   m.def("is_compiled", &gproj::is_compiled, py::arg("dtype"), py::arg("head_dim"));
   m.def("compiled_configs", [] { return std::string(gproj::compiled_configs()); });
 }

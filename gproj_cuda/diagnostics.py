@@ -411,7 +411,10 @@ class AuditReport:
 
     def plot(self, path):
         """PNG: per layer, the max over heads of the FA3-arithmetic and GProj dQ error (log)."""
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        try:
+            from matplotlib.backends.backend_agg import FigureCanvasAgg
+        except ImportError as e:
+            raise RuntimeError("AuditReport.plot needs matplotlib: pip install matplotlib") from e
         from matplotlib.figure import Figure
         layers = sorted({r["call_index"] for r in self._measured()})
         fig = Figure(figsize=(max(6.5, 0.35 * len(layers) + 3), 4))

@@ -98,6 +98,9 @@ class CMakeBuild(build_ext):
               "gproj_cuda.is_available() will say why the kernels are missing.\n" + "=" * 78 + "\n",
               file=sys.stderr)
         self.extensions = []
+        # A build directory reused from an earlier build with nvcc may still hold the module.
+        for stale in (Path(self.build_lib) / "gproj_cuda").glob("_C*.so"):
+            stale.unlink()
 
     def _build(self, ext, nvcc, cmake):
         import pybind11

@@ -186,9 +186,12 @@ def attention(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor],
               numerics: str) -> tuple[Tensor, Tensor, Tensor]:
     """Attention forward. Returns (out, lse, stats); see the module docstring."""
     if q.device.type == "cpu":
-        return emulate_forward(q, k, v, numerics=numerics, softmax_scale=softmax_scale,
-                               window_size=(window_left, window_right),
-                               cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
+        # The emulator's fp32 steps are part of the arithmetic it reproduces: a caller's autocast
+        # region must not turn them into BF16 matmuls.
+        with torch.autocast("cpu", enabled=False):
+            return emulate_forward(q, k, v, numerics=numerics, softmax_scale=softmax_scale,
+                                   window_size=(window_left, window_right),
+                                   cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
     return forward_cuda(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                         softmax_scale, window_left, window_right, numerics)
 
@@ -209,10 +212,11 @@ def attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tenso
                        numerics: str) -> tuple[Tensor, Tensor, Tensor]:
     """Attention backward from the forward's out and stats. Returns (dq, dk, dv)."""
     if q.device.type == "cpu":
-        return emulate_backward(dout, q, k, v, out, stats, numerics=numerics,
-                                softmax_scale=softmax_scale,
-                                window_size=(window_left, window_right),
-                                cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
+        with torch.autocast("cpu", enabled=False):
+            return emulate_backward(dout, q, k, v, out, stats, numerics=numerics,
+                                    softmax_scale=softmax_scale,
+                                    window_size=(window_left, window_right),
+                                    cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
     return backward_cuda(dout, q, k, v, out, stats, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                          max_seqlen_k, softmax_scale, window_left, window_right, numerics)
 

@@ -64,3 +64,19 @@ def test_torch_compile_fullgraph_cpu():
     compiled = torch.compile(f, fullgraph=True, backend="aot_eager")(q, k, v)
     gq2 = torch.autograd.grad(compiled, q)[0]
     assert torch.equal(eager, compiled) and torch.equal(gq, gq2)
+
+
+def test_cpu_op_ignores_callers_autocast():
+    """Under torch.autocast the emulator must keep its fp32 steps (results bitwise unchanged)."""
+    g = torch.Generator().manual_seed(3)
+    q, k, v, do = (torch.randn(1, 64, 2, 64, generator=g).bfloat16() for _ in range(4))
+    k = (k.float() + 30).bfloat16()
+    outs = []
+    for enabled in (False, True):
+        qr, kr, vr = (t.clone().requires_grad_() for t in (q, k, v))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=enabled):
+            o = gproj_cuda.attention(qr, kr, vr, causal=True)
+        o.backward(do)
+        outs.append((o, qr.grad, kr.grad, vr.grad))
+    for a, b in zip(*outs):
+        assert torch.equal(a, b)

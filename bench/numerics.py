@@ -38,7 +38,6 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import time
 import zlib

@@ -7,7 +7,6 @@ ValueError for a bad value and TypeError for a wrong type, raised before any wor
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import torch
 

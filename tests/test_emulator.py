@@ -112,7 +112,7 @@ def test_fma_edge_case(dtype):
 def test_emulator_masks_and_varlen_consistent():
     """Varlen emulation equals per-sequence dense emulation (window + causal + GQA)."""
     g = torch.Generator().manual_seed(9)
-    lens = [17, 0, 64, 33]
+
     cu = torch.tensor([0, 17, 17, 81, 114], dtype=torch.int32)
     q = torch.randn(114, 4, 64, generator=g).bfloat16()
     k = (torch.randn(114, 2, 64, generator=g) + 40).bfloat16()

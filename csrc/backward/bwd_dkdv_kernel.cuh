@@ -181,13 +181,13 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_dkdv_kernel(const AttnParam
           }
         uint32_t part[KT][4];
         acc_to_a<TG, NT_S>(part, dpt);
-        add_rounded_row_sums_f64<TG, KT>(colsum, part);
+        add_rounded_row_sums<TG, KT>(colsum, part);
         gemm_rs_kn<TG, NT_D, KT>(acc_dk, part, sQg + wd * DW, LD, lane);
         acc_to_a<TG, NT_S>(part, st);
-        add_rounded_row_sums_f64<TG, KT>(colsum, part);
+        add_rounded_row_sums<TG, KT>(colsum, part);
         gemm_rs_kn<TG, NT_D, KT>(acc_dk, part, sQg + wd * DW, LD, lane);
         acc_to_a<TG, NT_S>(part, lo);
-        add_rounded_row_sums_f64<TG, KT>(colsum, part);
+        add_rounded_row_sums<TG, KT>(colsum, part);
         gemm_rs_kn<TG, NT_D, KT>(acc_dk, part, sQg + wd * DW, LD, lane);
       } else {
         uint32_t dsa[KT][4];

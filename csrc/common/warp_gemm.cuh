@@ -72,29 +72,18 @@ __device__ __forceinline__ void acc_to_a(uint32_t (&a)[NT / 2][4], const float (
   }
 }
 
-// Per-lane fp32 sums of the *rounded* values held in A fragments, for the lane's two rows
+// Per-lane sums of the *rounded* values held in A fragments, for the lane's two rows
 // (row lane/4 -> sums[0], row lane/4 + 8 -> sums[1]). GProj's r_i and s_i are these, reduced
-// over the quad: sums of exactly what the tensor cores consume.
-template <typename T, int KT>
-__device__ __forceinline__ void add_rounded_row_sums(float (&sums)[2], const uint32_t (&a)[KT][4]) {
+// over the quad: sums of exactly what the tensor cores consume. Acc = double for sums that are
+// later multiplied by a large factor (the dK pass's column sums).
+template <typename T, int KT, typename Acc>
+__device__ __forceinline__ void add_rounded_row_sums(Acc (&sums)[2], const uint32_t (&a)[KT][4]) {
 #pragma unroll
   for (int kt = 0; kt < KT; ++kt) {
     const float2 x0 = unpack2<T>(a[kt][0]), x1 = unpack2<T>(a[kt][1]);
     const float2 x2 = unpack2<T>(a[kt][2]), x3 = unpack2<T>(a[kt][3]);
-    sums[0] += (x0.x + x0.y) + (x2.x + x2.y);
-    sums[1] += (x1.x + x1.y) + (x3.x + x3.y);
-  }
-}
-
-// The same in fp64 (for sums that are later multiplied by a large factor).
-template <typename T, int KT>
-__device__ __forceinline__ void add_rounded_row_sums_f64(double (&sums)[2], const uint32_t (&a)[KT][4]) {
-#pragma unroll
-  for (int kt = 0; kt < KT; ++kt) {
-    const float2 x0 = unpack2<T>(a[kt][0]), x1 = unpack2<T>(a[kt][1]);
-    const float2 x2 = unpack2<T>(a[kt][2]), x3 = unpack2<T>(a[kt][3]);
-    sums[0] += (double(x0.x) + double(x0.y)) + (double(x2.x) + double(x2.y));
-    sums[1] += (double(x1.x) + double(x1.y)) + (double(x3.x) + double(x3.y));
+    sums[0] += (Acc(x0.x) + Acc(x0.y)) + (Acc(x2.x) + Acc(x2.y));
+    sums[1] += (Acc(x1.x) + Acc(x1.y)) + (Acc(x3.x) + Acc(x3.y));
   }
 }
 

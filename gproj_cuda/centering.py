@@ -47,10 +47,18 @@ def key_shift(k: torch.Tensor, cu_seqlens_k: torch.Tensor | None = None) -> torc
             0, idx, kf, "amin", include_self=True)
         hi = torch.full(shape, float("-inf"), device=k.device).scatter_reduce(
             0, idx, kf, "amax", include_self=True)
+    return shift_from_range(lo, hi, k.dtype)
+
+
+def shift_from_range(lo: torch.Tensor, hi: torch.Tensor, dtype) -> torch.Tensor:
+    """The shift from each coordinate's fp32 min and max over the keys (+inf/-inf: no keys).
+
+    Split out so that sharded keys (context parallelism) get the single-device shift from a MIN
+    and a MAX all-reduce of their local ranges."""
     seen = torch.isfinite(lo) & torch.isfinite(hi)   # an empty sequence has no keys: c = 0
     positive = seen & (lo > 0) & (hi <= 2 * lo)
     negative = seen & (hi < 0) & (lo >= 2 * hi)
-    mid = ((lo + hi) * 0.5).to(k.dtype)
+    mid = ((lo + hi) * 0.5).to(dtype)
     return torch.where(positive | negative, mid, torch.zeros_like(mid))
 
 

@@ -4,7 +4,8 @@ Conventions follow FlashAttention-3: masks are aligned to the *bottom right* of 
 so query row ``i`` of a sequence with ``nq`` queries and ``nk`` keys sits at key position
 ``i + nk - nq``. ``window_size = (left, right)`` keeps keys in
 ``[i + nk - nq - left, i + nk - nq + right]``; ``-1`` means unbounded on that side. ``causal`` is
-the window ``(left, 0)``.
+the window ``(left, 0)``. ``shift`` moves the diagonal further (context parallelism: a query chunk
+at global position ``oq`` against a key chunk at ``ok`` has ``shift = oq - ok - (nk - nq)``).
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ def normalize_window(causal: bool, window_size) -> tuple[int, int]:
     return left, right
 
 
-def visible(nq: int, nk: int, left: int, right: int, device=None) -> torch.Tensor:
+def visible(nq: int, nk: int, left: int, right: int, device=None, shift: int = 0) -> torch.Tensor:
     """Boolean ``(nq, nk)`` tensor: True where query ``i`` may attend to key ``j``."""
     i = torch.arange(nq, device=device).unsqueeze(1)
     j = torch.arange(nk, device=device).unsqueeze(0)
-    diag = i + (nk - nq)
+    diag = i + (nk - nq) + shift
     keep = torch.ones(nq, nk, dtype=torch.bool, device=device)
     if right >= 0:
         keep &= j <= diag + right

@@ -249,15 +249,42 @@ def _grad_gemm_dtype(dtype, numerics):
     return torch.bfloat16 if numerics == "gproj" else dtype
 
 
-def _gproj_lambda(ds_t, p_t):
-    """lambda_i = r_i / s_i: fp32 row sums of the rounded dS~ and P~ (0 where s_i = 0)."""
-    r = ds_t.sum(-1, keepdim=True)
-    s = p_t.sum(-1, keepdim=True)
-    return torch.where(s > 0, r / torch.where(s > 0, s, torch.ones_like(s)), torch.zeros_like(r))
-
-
 def _expand_kv(x, g):
     return x.repeat_interleave(g, 0)
+
+
+def _forward_chunk(qs, ks, vs, keep, c, numerics, dtype):
+    """Forward arithmetic of one (query chunk, key chunk) pair of one sequence.
+
+    ``qs`` (H, nq, d), ``ks``/``vs`` (Hk, nk, d) as fp32 copies of the input-dtype values (keys
+    already centered in gproj mode), ``keep`` the (nq, nk) mask. Returns ``out`` (H, nq, d) in
+    ``dtype`` and ``stats`` (H, nq, 2): [raw score max, log2 row sum], (+inf, 0) for a row that
+    sees no key.
+    """
+    h, hk = qs.shape[0], ks.shape[0]
+    g = h // hk
+    nq, nk = qs.shape[1], ks.shape[1]
+    o_seg = torch.zeros(h, nq, qs.shape[-1], dtype=dtype, device=qs.device)
+    st_seg = torch.zeros(h, nq, 2, dtype=torch.float32, device=qs.device)
+    st_seg[..., 0] = math.inf
+    if nq == 0 or nk == 0:
+        return o_seg, st_seg
+    for kc in _kv_chunks(hk, g, nq, nk):
+        hc = slice(kc.start * g, kc.stop * g)
+        s = qs[hc] @ _expand_kv(ks[kc], g).transpose(-1, -2)       # fp32 accumulation
+        s = s.masked_fill(~keep, -math.inf)
+        m = s.amax(-1, keepdim=True)
+        empty = m == -math.inf
+        m_safe = torch.where(empty, torch.zeros_like(m), m)
+        p = _forward_probs(s, m_safe, c, numerics)
+        p = p.masked_fill(~keep, 0.0)
+        l = p.sum(-1, keepdim=True)                                  # fp32 sum of fp32 p
+        pv = p.to(dtype).float() @ _expand_kv(vs[kc], g)             # BF16 P in P·V
+        inv_l = torch.where(l > 0, 1.0 / l, torch.zeros_like(l))
+        o_seg[hc] = (pv * inv_l).to(dtype)
+        st_seg[hc, :, 0] = torch.where(empty, torch.full_like(m, math.inf), m)[..., 0]
+        st_seg[hc, :, 1] = torch.where(empty, torch.zeros_like(l), torch.log2(l))[..., 0]
+    return o_seg, st_seg
 
 
 def emulate_forward(q, k, v, *, numerics="gproj", causal=False, softmax_scale=None,
@@ -291,23 +318,7 @@ def emulate_forward(q, k, v, *, numerics="gproj", causal=False, softmax_scale=No
         if nq == 0 or nk == 0:   # out 0, lse +inf, stats (+inf, 0) as initialized
             continue
         keep = visible(nq, nk, left, right, q.device)
-        o_seg = torch.zeros(h, nq, q.shape[-1], dtype=q.dtype, device=q.device)
-        st_seg = torch.zeros(h, nq, 2, dtype=torch.float32, device=q.device)
-        for kc in _kv_chunks(hk, g, nq, nk):
-            hc = slice(kc.start * g, kc.stop * g)
-            s = qs[hc] @ _expand_kv(ks[kc], g).transpose(-1, -2)       # fp32 accumulation
-            s = s.masked_fill(~keep, -math.inf)
-            m = s.amax(-1, keepdim=True)
-            empty = m == -math.inf
-            m_safe = torch.where(empty, torch.zeros_like(m), m)
-            p = _forward_probs(s, m_safe, c, numerics)
-            p = p.masked_fill(~keep, 0.0)
-            l = p.sum(-1, keepdim=True)                                  # fp32 sum of fp32 p
-            pv = p.to(q.dtype).float() @ _expand_kv(vs[kc], g)           # BF16 P in P·V
-            inv_l = torch.where(l > 0, 1.0 / l, torch.zeros_like(l))
-            o_seg[hc] = (pv * inv_l).to(q.dtype)
-            st_seg[hc, :, 0] = torch.where(empty, torch.full_like(m, math.inf), m)[..., 0]
-            st_seg[hc, :, 1] = torch.where(empty, torch.zeros_like(l), torch.log2(l))[..., 0]
+        o_seg, st_seg = _forward_chunk(qs, ks, vs, keep, c, numerics, q.dtype)
         _put(out, b, qr, varlen, o_seg)
         _put_rowstat(stats, b, qr, varlen, st_seg)
         lse_seg = stats_to_lse(st_seg, scale)
@@ -327,6 +338,96 @@ def stats_to_lse(stats: torch.Tensor, scale: float) -> torch.Tensor:
     return torch.where(torch.isinf(m) & (m > 0), torch.full_like(lse, math.inf), lse)
 
 
+def _rounded_grads(qh, kh, vh, doh, st, delta, keep, c, gt, numerics):
+    """Both backward passes recompute the same tiles: ``(dS~, P~)`` as fp32 copies of the values
+    in type ``gt`` that the gradient GEMMs consume (masked entries 0)."""
+    s = (qh @ kh.transpose(-1, -2)).masked_fill(~keep, -math.inf)
+    p = _backward_probs(s, st[..., 0:1], st[..., 1:2], c, numerics)
+    p = p.masked_fill(~keep, 0.0)
+    dp = doh @ vh.transpose(-1, -2)
+    ds = p * (dp - delta)
+    return ds.to(gt).float(), p.to(gt).float()
+
+
+def _dq_chunk(qs, ks, vs, dos, st, delta, keep, c, gt, numerics):
+    """Backward pass 1 (Q-outer) for one key chunk: unscaled fp32 ``dS~ K`` and, in gproj mode,
+    ``P~ K`` and the row sums ``r = Σ_j dS~_ij``, ``s = Σ_j P~_ij`` (else None).
+
+    lambda_i = r_i / s_i over exactly the values the GEMMs consume; the correction is a separate
+    GEMM combined in fp32, never re-rounded through dS~ - lambda P~ (SPEC.md section 3). With
+    several key chunks (context parallelism) the four sums simply add up over the chunks.
+    """
+    h, hk = qs.shape[0], ks.shape[0]
+    g = h // hk
+    dsk = torch.zeros_like(qs)
+    gproj = numerics == "gproj"
+    pk = torch.zeros_like(qs) if gproj else None
+    r = torch.zeros(h, qs.shape[1], 1, device=qs.device) if gproj else None
+    s = torch.zeros_like(r) if gproj else None
+    for kc in _kv_chunks(hk, g, qs.shape[1], ks.shape[1]):
+        hc = slice(kc.start * g, kc.stop * g)
+        kh, vh = _expand_kv(ks[kc], g), _expand_kv(vs[kc], g)
+        ds_t, p_t = _rounded_grads(qs[hc], kh, vh, dos[hc], st[hc], delta[hc], keep, c, gt,
+                                   numerics)
+        k_g = kh.to(gt).float()
+        dsk[hc] = ds_t @ k_g
+        if gproj:
+            pk[hc] = p_t @ k_g
+            r[hc] = ds_t.sum(-1, keepdim=True)
+            s[hc] = p_t.sum(-1, keepdim=True)
+    return dsk, pk, r, s
+
+
+def _lambda(r, s):
+    """lambda_i = r_i / s_i (0 where s_i = 0)."""
+    return torch.where(s > 0, r / torch.where(s > 0, s, torch.ones_like(s)), torch.zeros_like(r))
+
+
+def _dkdv_chunk(qs, ks, vs, dos, st, delta, lam, q_shift, keep, c, gt, alpha, numerics):
+    """Backward pass 2 (KV-outer) for one query chunk: fp32 ``(dK, dV)`` of the chunk's keys,
+    dK scaled by alpha, summed over the query heads of each kv head (GQA)."""
+    h, hk = qs.shape[0], ks.shape[0]
+    g = h // hk
+    dk = torch.zeros_like(ks)
+    dv = torch.zeros_like(vs)
+    for kc in _kv_chunks(hk, g, qs.shape[1], ks.shape[1]):
+        hc = slice(kc.start * g, kc.stop * g)
+        qh, doh = qs[hc], dos[hc]
+        kh, vh = _expand_kv(ks[kc], g), _expand_kv(vs[kc], g)
+        ds_t, p_t = _rounded_grads(qh, kh, vh, doh, st[hc], delta[hc], keep, c, gt, numerics)
+        if numerics == "gproj":
+            # dK = α Aᵀ Q with A = dS~ - λ P~ formed in fp32 (rows sum to zero to fp32
+            # rounding) and fed to the tensor cores as three rounded parts
+            # A = A_hi + A_mid + A_lo (~24 bits), so the keys' common gradient vanishes to
+            # ~2^-25 of |A||Q|. Measured alternatives (emulator, stress grid): the SPEC's
+            # P~ᵀ bf16(λ∘Q) leaves 2^-9 of the removed leak (Σ dK residual up to 3e-3);
+            # a hi/lo split of λ∘Q leaves 2^-17 of it (6e-2 when FP16 rows are so sharp
+            # that the leak dwarfs dK); a two-part split of A leaves 2^-17 of |A||Q|
+            # (1.5e-5 with a large query mean). All miss the 1e-5 bar somewhere.
+            a = _fma(-lam[hc], p_t, ds_t)
+            a_hi = a.to(gt).float()
+            r1 = a - a_hi
+            a_mid = r1.to(gt).float()
+            a_lo = (r1 - a_mid).to(gt).float()
+            # The GEMM takes exactly centered queries q' = q - c_q, and the common part
+            # returns as the rank-one c_q (x) colsum(A) in fp32: the tensor cores' fp32
+            # accumulation (truncating, on Hopper) is then relative to the queries'
+            # spread, not to a large query mean (one stress point reached a Σ_j dK_j
+            # residual of 3e-5 on the H200 without this).
+            qc_g = (qh - q_shift[hc].unsqueeze(1)).to(gt).float()
+            # colsum in fp64: it is multiplied by the (large) query mean.
+            colsum = (a_hi.double() + a_mid.double() + a_lo.double()).sum(-2)
+            rank1 = (colsum.unsqueeze(-1) * q_shift[hc].double().unsqueeze(1)).float()
+            dk_acc = (a_hi.transpose(-1, -2) @ qc_g + a_mid.transpose(-1, -2) @ qc_g
+                      + a_lo.transpose(-1, -2) @ qc_g + rank1)
+        else:
+            dk_acc = ds_t.transpose(-1, -2) @ qh.to(gt).float()
+        dv_acc = p_t.transpose(-1, -2) @ doh.to(gt).float()
+        dk[kc] = (alpha * dk_acc).unflatten(0, (-1, g)).sum(1)
+        dv[kc] = dv_acc.unflatten(0, (-1, g)).sum(1)
+    return dk, dv
+
+
 def emulate_backward(do, q, k, v, out, stats, *, numerics="gproj", causal=False,
                      softmax_scale=None, window_size=(-1, -1), cu_seqlens_q=None,
                      cu_seqlens_k=None, fp32_grads=False):
@@ -338,7 +439,6 @@ def emulate_backward(do, q, k, v, out, stats, *, numerics="gproj", causal=False,
     if numerics not in NUMERICS:
         raise ValueError(f"numerics must be one of {NUMERICS}, got {numerics!r}")
     varlen, h, hk = _check_common(q, k, v, cu_seqlens_q, cu_seqlens_k)
-    g = h // hk
     scale = default_scale(q.shape[-1], softmax_scale)
     c = _scale_log2(scale)
     alpha = _f32(scale)
@@ -349,15 +449,13 @@ def emulate_backward(do, q, k, v, out, stats, *, numerics="gproj", causal=False,
     dv = torch.zeros(v.shape, dtype=gdt, device=q.device)
     if numerics == "gproj":
         k, _ = center_keys(k, cu_seqlens_k)   # the same exact shift as the forward
-        q_shifts = key_shift(q, cu_seqlens_q).float()   # for the dK GEMM (exact, see below)
+        q_shifts = key_shift(q, cu_seqlens_q).float()   # for the dK GEMM (exact, see _dkdv_chunk)
     gt = _grad_gemm_dtype(q.dtype, numerics)
 
     for b, qr, kr in _segments(q, k, cu_seqlens_q, cu_seqlens_k):
         qs, ks, vs = (_take(t, b, r, varlen).float() for t, r in ((q, qr), (k, kr), (v, kr)))
         dos = _take(do, b, qr, varlen).float()
-        os_ = _take(out, b, qr, varlen).float()
         st = _get_rowstat(stats, b, qr, varlen)
-        q_shift = q_shifts[b] if numerics == "gproj" else None
         nq, nk = qs.shape[1], ks.shape[1]
         dq_seg = torch.zeros(h, nq, q.shape[-1], dtype=torch.float32, device=q.device)
         dk_seg = torch.zeros(hk, nk, k.shape[-1], dtype=torch.float32, device=q.device)
@@ -365,59 +463,13 @@ def emulate_backward(do, q, k, v, out, stats, *, numerics="gproj", causal=False,
         if nq > 0 and nk > 0:
             keep = visible(nq, nk, left, right, q.device)
             # delta_i = sum_d dO_id * O_id from the output as stored (both modes).
-            delta = (dos * os_).sum(-1, keepdim=True)
-            for kc in _kv_chunks(hk, g, nq, nk):
-                hc = slice(kc.start * g, kc.stop * g)
-                qh, doh = qs[hc], dos[hc]
-                kh, vh = _expand_kv(ks[kc], g), _expand_kv(vs[kc], g)
-                s = (qh @ kh.transpose(-1, -2)).masked_fill(~keep, -math.inf)
-                p = _backward_probs(s, st[hc, :, 0:1], st[hc, :, 1:2], c, numerics)
-                p = p.masked_fill(~keep, 0.0)
-                dp = doh @ vh.transpose(-1, -2)
-                ds = p * (dp - delta[hc])
-                # The gradient GEMMs consume dS~ = round(dS) and P~ = round(P) in type gt.
-                ds_t = ds.to(gt).float()
-                p_t = p.to(gt).float()
-                k_g, q_g, do_g = (t.to(gt).float() for t in (kh, qh, doh))
-                # lambda_i = r_i / s_i over exactly the values the GEMMs consume; the corrections
-                # are separate GEMMs combined in fp32, never re-rounded through dS~ - lambda P~.
-                lam = _gproj_lambda(ds_t, p_t) if numerics == "gproj" else None
-                # dQ (Q-outer pass), against the (centered) keys.
-                dq_acc = ds_t @ k_g
-                if numerics == "gproj":
-                    dq_acc = dq_acc - lam * (p_t @ k_g)
-                # dK, dV (KV-outer pass).
-                if numerics == "gproj":
-                    # dK = α Aᵀ Q with A = dS~ - λ P~ formed in fp32 (rows sum to zero to fp32
-                    # rounding) and fed to the tensor cores as three rounded parts
-                    # A = A_hi + A_mid + A_lo (~24 bits), so the keys' common gradient vanishes to
-                    # ~2^-25 of |A||Q|. Measured alternatives (emulator, stress grid): the SPEC's
-                    # P~ᵀ bf16(λ∘Q) leaves 2^-9 of the removed leak (Σ dK residual up to 3e-3);
-                    # a hi/lo split of λ∘Q leaves 2^-17 of it (6e-2 when FP16 rows are so sharp
-                    # that the leak dwarfs dK); a two-part split of A leaves 2^-17 of |A||Q|
-                    # (1.5e-5 with a large query mean). All miss the 1e-5 bar somewhere.
-                    a = _fma(-lam, p_t, ds_t)
-                    a_hi = a.to(gt).float()
-                    r1 = a - a_hi
-                    a_mid = r1.to(gt).float()
-                    a_lo = (r1 - a_mid).to(gt).float()
-                    # The GEMM takes exactly centered queries q' = q - c_q, and the common part
-                    # returns as the rank-one c_q (x) colsum(A) in fp32: the tensor cores' fp32
-                    # accumulation (truncating, on Hopper) is then relative to the queries'
-                    # spread, not to a large query mean (one stress point reached a Σ_j dK_j
-                    # residual of 3e-5 on the H200 without this).
-                    qc_g = (qh - q_shift[hc].unsqueeze(1)).to(gt).float()
-                    # colsum in fp64: it is multiplied by the (large) query mean.
-                    colsum = (a_hi.double() + a_mid.double() + a_lo.double()).sum(-2)
-                    rank1 = (colsum.unsqueeze(-1) * q_shift[hc].double().unsqueeze(1)).float()
-                    dk_acc = (a_hi.transpose(-1, -2) @ qc_g + a_mid.transpose(-1, -2) @ qc_g
-                              + a_lo.transpose(-1, -2) @ qc_g + rank1)
-                else:
-                    dk_acc = ds_t.transpose(-1, -2) @ q_g
-                dv_acc = p_t.transpose(-1, -2) @ do_g
-                dq_seg[hc] = alpha * dq_acc
-                dk_seg[kc] = (alpha * dk_acc).unflatten(0, (-1, g)).sum(1)
-                dv_seg[kc] = dv_acc.unflatten(0, (-1, g)).sum(1)
+            delta = (dos * _take(out, b, qr, varlen).float()).sum(-1, keepdim=True)
+            dsk, pk, r, s = _dq_chunk(qs, ks, vs, dos, st, delta, keep, c, gt, numerics)
+            lam = _lambda(r, s) if numerics == "gproj" else None
+            dq_seg = alpha * (dsk - lam * pk if lam is not None else dsk)
+            q_shift = q_shifts[b] if numerics == "gproj" else None
+            dk_seg, dv_seg = _dkdv_chunk(qs, ks, vs, dos, st, delta, lam, q_shift, keep, c, gt,
+                                         alpha, numerics)
         _put(dq, b, qr, varlen, dq_seg.to(gdt))
         _put(dk, b, kr, varlen, dk_seg.to(gdt))
         _put(dv, b, kr, varlen, dv_seg.to(gdt))

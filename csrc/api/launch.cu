@@ -201,18 +201,30 @@ int run_backward(const AttnParams& p, char* err, size_t err_len) {
   return guarded([&] {
     validate_common(p);
     const bool varlen = p.cu_seqlens_q != 0;
-    require_ptr(p.out, "out");
-    require_strides(p.o_stride, "out", varlen);
     require_ptr(p.dout, "dout");
     require_strides(p.do_stride, "dout", varlen);
-    require_ptr(p.dq, "dq");
-    require_strides(p.dq_stride, "dq", varlen);
-    require_ptr(p.dk, "dk");
-    require_strides(p.dk_stride, "dk", varlen);
-    require_ptr(p.dv, "dv");
-    require_strides(p.dv_stride, "dv", varlen);
+    if (p.backward_passes < 1 || p.backward_passes > 3) fail("backward_passes %d: expected 1 (dQ), 2 (dK/dV) or 3 (both)", p.backward_passes);
+    if (p.partial != 0 && p.partial != 1) fail("partial %d: expected 0 or 1", p.partial);
+    const bool gproj = p.numerics == int(Numerics::kGProj);
+    const bool pass_dq = p.backward_passes & 1, pass_kv = p.backward_passes & 2;
+    if (pass_dq) {  // (the dK/dV pass reads delta from rowstate, not the output)
+      require_ptr(p.out, "out");
+      require_strides(p.o_stride, "out", varlen);
+      require_ptr(p.partial ? p.dq_accum : p.dq, p.partial ? "dq_accum" : "dq");
+      require_strides(p.dq_stride, "dq", varlen);
+      if (p.partial && gproj) {
+        require_ptr(p.pk_accum, "pk_accum");
+        require_ptr(p.rs_accum, "rs_accum");
+      }
+    }
+    if (pass_kv) {
+      require_ptr(p.partial ? p.dk_accum : p.dk, p.partial ? "dk_accum" : "dk");
+      require_strides(p.dk_stride, "dk", varlen);
+      require_ptr(p.partial ? p.dv_accum : p.dv, p.partial ? "dv_accum" : "dv");
+      require_strides(p.dv_stride, "dv", varlen);
+    }
     require_ptr(p.rowstate, "rowstate");
-    if (p.numerics == int(Numerics::kGProj)) require_ptr(p.q_shift, "q_shift");
+    if (gproj && pass_kv) require_ptr(p.q_shift, "q_shift");
     if (p.dk_accum % 16) fail("dk_accum must be 16-byte aligned");
     dispatch(p, [&](auto t, auto d) {
       using T = decltype(t);

@@ -10,7 +10,8 @@ enum Status : int { kOk = 0, kInvalidArgument = 1, kCudaError = 2, kNotCompiled 
 
 // Forward: writes out, lse, stats. Keys must already be centered in gproj mode (k_shift set).
 int run_forward(const AttnParams& p, char* err, size_t err_len);
-// Backward: dQ pass (writes dq, rowstate) then dK/dV pass (writes dk, dv, optional dk_accum).
+// Backward: dQ pass (writes dq, rowstate) then dK/dV pass (writes dk, dv, optional dk_accum);
+// p.backward_passes selects the passes, p.partial makes them add fp32 partials (params.h).
 int run_backward(const AttnParams& p, char* err, size_t err_len);
 // gproj pre-pass: exact key centering, writes k_centered and k_shift (uses center_workspace).
 int run_center_keys(const AttnParams& p, char* err, size_t err_len);

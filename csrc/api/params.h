@@ -27,6 +27,11 @@ struct AttnParams {
   uint64_t k_centered = 0;    // centering pre-pass output K' = K - k_shift (kc_stride; 0: skip)
   uint64_t center_workspace = 0;  // centering pre-pass scratch: 2 * batch * head_k * dim uint32
   uint64_t cu_seqlens_q = 0, cu_seqlens_k = 0;   // int32 [batch + 1]; 0 = dense
+  // Partial-pass accumulators (context parallelism, gproj_cuda/distributed.py; see `partial`):
+  uint64_t dq_accum = 0;      // fp32, dq_stride: += dS~ K (unscaled)
+  uint64_t pk_accum = 0;      // fp32, dq_stride: += P~ K (gproj)
+  uint64_t rs_accum = 0;      // float2 per query row (rowstat index): += {r, s} (gproj)
+  uint64_t dv_accum = 0;      // fp32, dv_stride: += dV (dK goes to dk_accum, += alpha dK)
 
   // ---- strides in elements: {batch, row, head} ------------------------------------------
   int64_t q_stride[3] = {0, 0, 0}, k_stride[3] = {0, 0, 0}, v_stride[3] = {0, 0, 0};
@@ -40,6 +45,17 @@ struct AttnParams {
   int total_q = 0, total_k = 0;         // varlen: rows of the packed q and k tensors
   float softmax_scale = 0.f;
   int window_left = -1, window_right = -1;  // -1 = unbounded; causal is right = 0
+  // Extra shift of the mask's diagonal: query i sits at key position i + (nk - nq) + diag_shift.
+  // A query chunk at global position oq against a key chunk at ok: diag_shift = oq - ok - nk + nq.
+  int diag_shift = 0;
+  // Backward passes to run: 1 = dQ pass, 2 = dK/dV pass, 3 = both.
+  int backward_passes = 3;
+  // 1: the backward passes do not finish the gradients of this (query chunk, key chunk) pair;
+  // they ADD fp32 partials into the *_accum buffers (every element owned by one block, chunks
+  // in stream order: deterministic, no atomics). The dQ pass writes rowstate = {delta, 0}: the
+  // caller sets lambda = r / s once every key chunk has been seen, and runs the dK/dV passes
+  // with it (SPEC section 3 needs r_i and s_i over *all* keys of row i).
+  int partial = 0;
   int dtype = 0;                          // DType
   int numerics = 0;                       // Numerics
   int device = 0;

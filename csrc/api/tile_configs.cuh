@@ -66,11 +66,13 @@ void backward_mode(const AttnParams& p) {
   using DqCfg = BwdDqConfig<T, D, q[0], q[1], q[2]>;
   using KvCfg = BwdDkdvConfig<T, D, kv[0], kv[1], kv[2], kGProj>;
   constexpr bool kConvert = !std::is_same<T, typename GradGemmType<T, kGProj>::type>::value;
-  launch(bwd_dq_kernel<DqCfg, kGProj>, dim3(ceil_div(p.seqlen_q, DqCfg::BM), p.heads, p.batch),
-         DqCfg::kThreads, DqCfg::template smem_bytes<kConvert>(), p, "backward dq pass");
-  launch(bwd_dkdv_kernel<KvCfg, kGProj>,
-         dim3(ceil_div(p.seqlen_k, KvCfg::BN), p.heads_k, p.batch), KvCfg::kThreads,
-         KvCfg::kSmemBytes, p, "backward dk/dv pass");
+  if (p.backward_passes & 1)
+    launch(bwd_dq_kernel<DqCfg, kGProj>, dim3(ceil_div(p.seqlen_q, DqCfg::BM), p.heads, p.batch),
+           DqCfg::kThreads, DqCfg::template smem_bytes<kConvert>(), p, "backward dq pass");
+  if (p.backward_passes & 2)
+    launch(bwd_dkdv_kernel<KvCfg, kGProj>,
+           dim3(ceil_div(p.seqlen_k, KvCfg::BN), p.heads_k, p.batch), KvCfg::kThreads,
+           KvCfg::kSmemBytes, p, "backward dk/dv pass");
 }
 
 template <typename T, int D>

@@ -18,6 +18,7 @@
 // somewhere on the stress grid (CPU emulation, reference.py). Three parts leave ~2^-25.
 //
 // Warps: (BN/16) key-row groups x DSPLIT slices of the head dim (as in the dQ pass).
+// With p.partial (context parallelism) dK, dV are added in fp32 to dk_accum / dv_accum.
 #pragma once
 #include "../common/tile.cuh"
 #include "../common/warp_gemm.cuh"
@@ -70,7 +71,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_dkdv_kernel(const AttnParam
   if (n0 >= seq.nk) return;
   const int n_end = min(n0 + BN, seq.nk);
   const int group = p.heads / p.heads_k;
-  const Mask mask(seq.nq, seq.nk, p.window_left, p.window_right);
+  const Mask mask(seq.nq, seq.nk, p.window_left, p.window_right, p.diag_shift);
   const float c = p.softmax_scale * 1.4426950408889634f;
 
   const int64_t k_row0 = seq.k_start + n0;
@@ -220,6 +221,9 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_dkdv_kernel(const AttnParam
   float* gDKacc = p.dk_accum ? reinterpret_cast<float*>(p.dk_accum) + b * p.dk_stride[0] +
                                    k_row0 * p.dk_stride[1] + hk * p.dk_stride[2]
                              : nullptr;
+  float* gDVacc = p.dv_accum ? reinterpret_cast<float*>(p.dv_accum) + b * p.dv_stride[0] +
+                                   k_row0 * p.dv_stride[1] + hk * p.dv_stride[2]
+                             : nullptr;
 #pragma unroll
   for (int rr = 0; rr < 2; ++rr) {
     const int j = j0 + 8 * rr;
@@ -228,6 +232,13 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_dkdv_kernel(const AttnParam
     for (int nt = 0; nt < NT_D; ++nt) {
       const int col = wd * DW + acc_col(lane, nt, 0);
       const float k0 = alpha * acc_dk[nt][2 * rr], k1 = alpha * acc_dk[nt][2 * rr + 1];
+      if (p.partial) {  // context parallelism: add this query chunk's contribution, in fp32
+        float2* dk = reinterpret_cast<float2*>(gDKacc + int64_t(j) * p.dk_stride[1] + col);
+        float2* dv = reinterpret_cast<float2*>(gDVacc + int64_t(j) * p.dv_stride[1] + col);
+        *dk = make_float2(dk->x + k0, dk->y + k1);
+        *dv = make_float2(dv->x + acc_dv[nt][2 * rr], dv->y + acc_dv[nt][2 * rr + 1]);
+        continue;
+      }
       *reinterpret_cast<uint32_t*>(gDK + int64_t(j) * p.dk_stride[1] + col) = pack2<T>(k0, k1);
       *reinterpret_cast<uint32_t*>(gDV + int64_t(j) * p.dv_stride[1] + col) =
           pack2<T>(acc_dv[nt][2 * rr], acc_dv[nt][2 * rr + 1]);

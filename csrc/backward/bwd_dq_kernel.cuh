@@ -9,6 +9,7 @@
 // Epilogue: lambda = r / s and dQ = alpha (acc_dq - lambda acc_pk), combined in fp32 and never
 // re-rounded through dS~ - lambda P~ (SPEC.md section 3). delta and the lambda the KV-outer pass
 // needs go to `rowstate`. Deterministic: every dQ row is produced by one block, no atomics.
+// With p.partial (context parallelism) the epilogue adds fp32 partials instead (params.h).
 //
 // Warps: (BM/16) row groups x DSPLIT slices of the head dim. A warp computes S and dP for its
 // 16 rows (duplicated across the DSPLIT warps of a row group) and dQ for its D/DSPLIT columns;
@@ -33,6 +34,52 @@ struct BwdDqConfig {
     return (2 * BM + (kConvert ? 3 : 2) * BN) * LD * 2 + BM * int(sizeof(float)) * 4;
   }
 };
+
+// Partial epilogue (p.partial, context parallelism): this block's rows have seen one key chunk.
+// Add the unscaled fp32 accumulators and the row sums into the caller's buffers; the caller
+// forms lambda = r / s and dQ = alpha (dq_accum - lambda pk_accum) after the last chunk, which is
+// the same arithmetic as the one-chunk epilogue up to the order of the fp32 additions.
+template <class Cfg, bool kGProj, int NT_Q = Cfg::DW / 8>
+__device__ __forceinline__ void partial_epilogue(const AttnParams& p, int b, int h,
+                                                 int64_t q_row0, int rows, int r0, int wd,
+                                                 int lane, const float (&acc_dq)[NT_Q][4],
+                                                 const float (&acc_pk)[kGProj ? NT_Q : 1][4],
+                                                 const float (&r_sum)[2], const float (&s_sum)[2],
+                                                 const float (&delta)[2]) {
+  float* gDQ = reinterpret_cast<float*>(p.dq_accum) + b * p.dq_stride[0] +
+               q_row0 * p.dq_stride[1] + h * p.dq_stride[2];
+  float* gPK = kGProj ? reinterpret_cast<float*>(p.pk_accum) + b * p.dq_stride[0] +
+                            q_row0 * p.dq_stride[1] + h * p.dq_stride[2]
+                      : nullptr;
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    const int r = r0 + 8 * rr;
+    float rs = 0.f, ss = 0.f;
+    if constexpr (kGProj) {
+      rs = quad_sum(r_sum[rr]);
+      ss = quad_sum(s_sum[rr]);
+    }
+    if (r >= rows) continue;
+#pragma unroll
+    for (int nt = 0; nt < NT_Q; ++nt) {
+      const int64_t off = int64_t(r) * p.dq_stride[1] + wd * Cfg::DW + acc_col(lane, nt, 0);
+      float2* d = reinterpret_cast<float2*>(gDQ + off);
+      *d = make_float2(d->x + acc_dq[nt][2 * rr], d->y + acc_dq[nt][2 * rr + 1]);
+      if constexpr (kGProj) {
+        float2* k = reinterpret_cast<float2*>(gPK + off);
+        *k = make_float2(k->x + acc_pk[nt][2 * rr], k->y + acc_pk[nt][2 * rr + 1]);
+      }
+    }
+    if (wd == 0 && (lane & 3) == 0) {
+      const int64_t idx = rowstat_index(p, b, h, q_row0 + r);
+      reinterpret_cast<float2*>(p.rowstate)[idx] = make_float2(delta[rr], 0.f);
+      if constexpr (kGProj) {
+        float2* a = reinterpret_cast<float2*>(p.rs_accum) + idx;
+        *a = make_float2(a->x + rs, a->y + ss);
+      }
+    }
+  }
+}
 
 template <class Cfg, bool kGProj>
 __global__ void __launch_bounds__(Cfg::kThreads) bwd_dq_kernel(const AttnParams p) {
@@ -61,7 +108,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_dq_kernel(const AttnParams 
   if (m0 >= seq.nq) return;
   const int m_end = min(m0 + BM, seq.nq);
   const int hk = h / (p.heads / p.heads_k);
-  const Mask mask(seq.nq, seq.nk, p.window_left, p.window_right);
+  const Mask mask(seq.nq, seq.nk, p.window_left, p.window_right, p.diag_shift);
   const float c = p.softmax_scale * 1.4426950408889634f;
 
   const int64_t q_row0 = seq.q_start + m0;
@@ -181,6 +228,11 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_dq_kernel(const AttnParams 
   }
 
   // ---- epilogue ---------------------------------------------------------------------------
+  if (p.partial) {  // context parallelism: add this key chunk's fp32 partials (see params.h)
+    partial_epilogue<Cfg, kGProj>(p, b, h, q_row0, m_end - m0, r0, wd, lane, acc_dq, acc_pk,
+                                  r_sum, s_sum, delta);
+    return;
+  }
   const float alpha = p.softmax_scale;
   T* gDQ = reinterpret_cast<T*>(p.dq) + b * p.dq_stride[0] + q_row0 * p.dq_stride[1] +
            h * p.dq_stride[2];

@@ -26,12 +26,13 @@ struct SeqBounds {
 };
 
 // Bottom-right aligned band mask of FlashAttention-3: query i sees key j iff
-// j < nk, j <= i + (nk - nq) + right (right >= 0) and j >= i + (nk - nq) - left (left >= 0).
+// j < nk, j <= i + off + right (right >= 0) and j >= i + off - left (left >= 0), with
+// off = nk - nq + shift (shift != 0 only for chunk pairs of context parallelism).
 struct Mask {
-  int nq, nk, left, right;
-  __device__ Mask(int nq_, int nk_, int left_, int right_)
-      : nq(nq_), nk(nk_), left(left_), right(right_) {}
-  __device__ __forceinline__ int offset() const { return nk - nq; }
+  int nq, nk, left, right, shift;
+  __device__ Mask(int nq_, int nk_, int left_, int right_, int shift_)
+      : nq(nq_), nk(nk_), left(left_), right(right_), shift(shift_) {}
+  __device__ __forceinline__ int offset() const { return nk - nq + shift; }
   __device__ __forceinline__ bool visible(int i, int j) const {
     const int d = i + offset();
     return i < nq && j < nk && (right < 0 || j <= d + right) && (left < 0 || j >= d - left);

@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) fwd_kernel(const AttnParams p) 
   if (m0 >= seq.nq) return;
   const int m_end = min(m0 + BM, seq.nq);
   const int hk = h / (p.heads / p.heads_k);
-  const Mask mask(seq.nq, seq.nk, p.window_left, p.window_right);
+  const Mask mask(seq.nq, seq.nk, p.window_left, p.window_right, p.diag_shift);
 
   const T* gQ = reinterpret_cast<const T*>(p.q) + b * p.q_stride[0] +
                 int64_t(seq.q_start + m0) * p.q_stride[1] + h * p.q_stride[2];

@@ -148,7 +148,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   if (m0 >= seq.nq) return;  // uniform for the block, before any barrier
   const int m_end = min(m0 + kBlockM, seq.nq);
   const int hk = h / (p.heads / p.heads_k);
-  const Mask mask(seq.nq, seq.nk, p.window_left, p.window_right);
+  const Mask mask(seq.nq, seq.nk, p.window_left, p.window_right, p.diag_shift);
   int n_lo, n_hi;
   mask.key_range(m0, m_end, n_lo, n_hi);
   const int nb_min = n_lo / kBlockN;

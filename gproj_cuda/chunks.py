@@ -72,26 +72,30 @@ def _ready(*ts):
 
 def forward_chunk(q: Tensor, k: Tensor, v: Tensor, *, softmax_scale: float, numerics: str,
                   causal: bool = False, diag_shift: int = 0) -> tuple[Tensor, Tensor]:
-    """Forward of one chunk pair: ``(out (B, nq, H, d), stats (B, H, nq, 2))``."""
+    """Forward of one chunk pair: ``(out (B, nq, H, d) fp32, stats (B, H, nq, 2))``.
+
+    ``out`` is the normalized output before its rounding to the input dtype: merged chunks are
+    then rounded once, as on one device."""
     B, nq, H, d = q.shape
     stats = torch.empty((B, H, nq, 2), dtype=torch.float32, device=q.device)
     if q.device.type == "cpu":
-        out = torch.empty_like(q)
+        out = torch.empty(q.shape, dtype=torch.float32, device=q.device)
         keep = visible(nq, k.shape[1], *_window(causal), q.device, diag_shift)
         c = R._scale_log2(softmax_scale)
         with torch.autocast("cpu", enabled=False):
             for b in range(B):
                 o, st = R._forward_chunk(q[b].transpose(0, 1).float(), k[b].transpose(0, 1).float(),
-                                         v[b].transpose(0, 1).float(), keep, c, numerics, q.dtype)
+                                         v[b].transpose(0, 1).float(), keep, c, numerics, q.dtype,
+                                         torch.float32)
                 out[b] = o.transpose(0, 1)
                 stats[b] = st
         return out, stats
     from . import _ext
     q, k, v = _ready(q, k, v)
-    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    out = torch.empty(q.shape, dtype=torch.float32, device=q.device)
     lse = torch.empty((B, H, nq), dtype=torch.float32, device=q.device)
     p = _cuda_params(q, k, v, softmax_scale, causal, numerics, diag_shift, stats)
-    p.out, p.o_stride = out.data_ptr(), list(out.stride()[:3])
+    p.out_f32, p.o_stride = out.data_ptr(), list(out.stride()[:3])
     p.lse, p.stats = lse.data_ptr(), stats.data_ptr()
     zero_shift = None
     if numerics == "gproj":  # keys come centered; the kernel's lse correction is then 0

@@ -112,13 +112,14 @@ class _Ring:
     def start(self, tensors):
         """Post the transfer of ``tensors`` to the next rank; returns a handle for ``finish``."""
         recv = [torch.empty_like(t, memory_format=torch.contiguous_format) for t in tensors]
-        ops = [dist.P2POp(dist.isend, t.contiguous(), self.next, self.group) for t in tensors]
+        send = [t.contiguous() for t in tensors]   # kept alive until the transfer completes
+        ops = [dist.P2POp(dist.isend, t, self.next, self.group) for t in send]
         ops += [dist.P2POp(dist.irecv, r, self.prev, self.group) for r in recv]
-        return recv, dist.batch_isend_irecv(ops)
+        return recv, dist.batch_isend_irecv(ops), send
 
     @staticmethod
     def finish(handle):
-        recv, works = handle
+        recv, works, _send = handle
         for w in works:
             w.wait()
         return tuple(recv)

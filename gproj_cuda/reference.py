@@ -253,18 +253,19 @@ def _expand_kv(x, g):
     return x.repeat_interleave(g, 0)
 
 
-def _forward_chunk(qs, ks, vs, keep, c, numerics, dtype):
+def _forward_chunk(qs, ks, vs, keep, c, numerics, dtype, out_dtype=None):
     """Forward arithmetic of one (query chunk, key chunk) pair of one sequence.
 
     ``qs`` (H, nq, d), ``ks``/``vs`` (Hk, nk, d) as fp32 copies of the input-dtype values (keys
     already centered in gproj mode), ``keep`` the (nq, nk) mask. Returns ``out`` (H, nq, d) in
-    ``dtype`` and ``stats`` (H, nq, 2): [raw score max, log2 row sum], (+inf, 0) for a row that
-    sees no key.
+    ``out_dtype`` (default ``dtype``; BF16 P in P·V is in ``dtype`` either way) and ``stats``
+    (H, nq, 2): [raw score max, log2 row sum], (+inf, 0) for a row that sees no key.
     """
+    out_dtype = dtype if out_dtype is None else out_dtype
     h, hk = qs.shape[0], ks.shape[0]
     g = h // hk
     nq, nk = qs.shape[1], ks.shape[1]
-    o_seg = torch.zeros(h, nq, qs.shape[-1], dtype=dtype, device=qs.device)
+    o_seg = torch.zeros(h, nq, qs.shape[-1], dtype=out_dtype, device=qs.device)
     st_seg = torch.zeros(h, nq, 2, dtype=torch.float32, device=qs.device)
     st_seg[..., 0] = math.inf
     if nq == 0 or nk == 0:
@@ -281,7 +282,7 @@ def _forward_chunk(qs, ks, vs, keep, c, numerics, dtype):
         l = p.sum(-1, keepdim=True)                                  # fp32 sum of fp32 p
         pv = p.to(dtype).float() @ _expand_kv(vs[kc], g)             # BF16 P in P·V
         inv_l = torch.where(l > 0, 1.0 / l, torch.zeros_like(l))
-        o_seg[hc] = (pv * inv_l).to(dtype)
+        o_seg[hc] = (pv * inv_l).to(out_dtype)
         st_seg[hc, :, 0] = torch.where(empty, torch.full_like(m, math.inf), m)[..., 0]
         st_seg[hc, :, 1] = torch.where(empty, torch.zeros_like(l), torch.log2(l))[..., 0]
     return o_seg, st_seg

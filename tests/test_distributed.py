@@ -42,6 +42,7 @@ def _gather(x, world):
 
 
 def _worker(rank, world, init_file, out_file, backend):
+    torch.set_num_threads(1)   # W processes share the machine's cores
     device = torch.device(f"cuda:{rank}") if backend == "nccl" else torch.device("cpu")
     if backend == "nccl":
         torch.cuda.set_device(device)
@@ -55,16 +56,17 @@ def _worker(rank, world, init_file, out_file, backend):
                    for i, t in enumerate((q, k, v, do))]
             out = D.ring_attention(*loc[:3], causal=causal, numerics=numerics, layout=layout)
             out.backward(loc[3])
-            # The fp32 dK before its final rounding, for the global Σ_j dK_j.
-            ring = D._Ring(None)
-            scale = R.default_scale(q.shape[-1], None)
-            o2, stats, k_used = D.ring_forward(*(t.detach() for t in loc[:3]), ring, causal,
-                                               scale, numerics, layout)
-            _, dk32, _ = D.ring_backward(loc[3], loc[0].detach(), k_used, loc[2].detach(), o2,
-                                         stats, ring, causal, scale, numerics, layout)
-            got = {name: D.unshard(_gather(t, world), layout)
-                   for name, t in (("out", out.detach()), ("dq", loc[0].grad),
-                                   ("dk", loc[1].grad), ("dv", loc[2].grad), ("dk32", dk32))}
+            grads = [("out", out.detach()), ("dq", loc[0].grad), ("dk", loc[1].grad),
+                     ("dv", loc[2].grad)]
+            if numerics == "gproj":   # the fp32 dK before its final rounding: global Σ_j dK_j
+                ring = D._Ring(None)
+                scale = R.default_scale(q.shape[-1], None)
+                o2, stats, k_used = D.ring_forward(*(t.detach() for t in loc[:3]), ring, causal,
+                                                   scale, numerics, layout)
+                _, dk32, _ = D.ring_backward(loc[3], loc[0].detach(), k_used, loc[2].detach(),
+                                             o2, stats, ring, causal, scale, numerics, layout)
+                grads.append(("dk32", dk32))
+            got = {name: D.unshard(_gather(t, world), layout) for name, t in grads}
             results[(numerics, causal, layout)] = got
     finally:
         dist.destroy_process_group()
@@ -176,3 +178,96 @@ def test_ring_matches_single_device_gpu():
     if world < 2:
         pytest.skip("NCCL ring test needs at least 2 GPUs (world size 1 runs in bench/ring.py)")
     _check(_run(world, "nccl"), world, torch.device("cuda:0"))
+
+
+def _needs_kernels():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    import gproj_cuda
+    if not gproj_cuda.is_available():
+        pytest.skip(f"gproj_cuda kernels unavailable: {gproj_cuda.unavailable_reason()}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("numerics", ["gproj", "fa3"])
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_chunk_kernels_whole_problem_equal_the_op(numerics, d):
+    """One chunk = the whole problem: the partial-mode kernels give the op's results (forward
+    bitwise, after the caller's rounding; gradients to an ulp: lambda and the fp32 combination
+    are done by torch instead of the kernel epilogue)."""
+    _needs_kernels()
+    from gproj_cuda import chunks, ops
+    from gproj_cuda.centering import center_keys, key_shift
+    torch.manual_seed(d)
+    dev = torch.device("cuda")
+    q = (torch.randn(2, 200, 4, d) + 2).bfloat16().to(dev)
+    k = (torch.randn(2, 200, 2, d) + 16).bfloat16().to(dev)
+    v, do = torch.randn(2, 200, 2, d).bfloat16().to(dev), torch.randn(2, 200, 4, d).bfloat16().to(dev)
+    scale = d ** -0.5
+    for causal in (False, True):
+        wr = 0 if causal else -1
+        out, lse, stats = ops.forward_cuda(q, k, v, None, None, 0, 0, scale, -1, wr, numerics)
+        dk32 = torch.empty(k.shape, dtype=torch.float32, device=dev)
+        dq, dk, dv = ops.backward_cuda(do, q, k, v, out, stats, None, None, 0, 0, scale, -1, wr,
+                                       numerics, dk_accum=dk32)
+        kc = center_keys(k)[0] if numerics == "gproj" else k
+        o32, st = chunks.forward_chunk(q, kc, v, softmax_scale=scale, numerics=numerics,
+                                       causal=causal)
+        assert torch.equal(o32.to(q.dtype), out) and torch.equal(st, stats)
+        f32 = dict(dtype=torch.float32, device=dev)
+        dq_acc, pk_acc = torch.zeros(q.shape, **f32), torch.zeros(q.shape, **f32)
+        rs_acc, rowstate = torch.zeros(stats.shape, **f32), torch.full(stats.shape, 7.0, **f32)
+        chunks.backward_dq_chunk(do, q, kc, v, out, stats, rowstate, dq_acc, pk_acc, rs_acc,
+                                 softmax_scale=scale, numerics=numerics, causal=causal)
+        dq2 = chunks.finish_dq(dq_acc, pk_acc, rs_acc, rowstate, scale, numerics, q.dtype)
+        assert (dq2.float() - dq.float()).abs().max() <= 2 ** -7 * dq.float().abs().max()
+        assert row_rel_err(dq2, dq.float()) <= 1e-3
+        dk_acc, dv_acc = torch.zeros(k.shape, **f32), torch.zeros(k.shape, **f32)
+        chunks.backward_dkdv_chunk(do, q, kc, v, stats, rowstate, key_shift(q), dk_acc, dv_acc,
+                                   softmax_scale=scale, numerics=numerics, causal=causal)
+        assert row_rel_err(dk_acc, dk32) <= 1e-4 and row_rel_err(dv_acc, dv.float()) <= 4e-3
+        if numerics == "gproj":
+            assert sum_dk_rel(dk_acc) <= 1e-5
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shift", [-40, -7, 0, 13, 300])
+def test_chunk_kernels_diag_shift_match_emulator(shift):
+    """The moved causal diagonal (a query chunk against a key chunk at another position) in the
+    forward and both partial backward kernels, against the CPU emulator of the same chunk."""
+    _needs_kernels()
+    from gproj_cuda import chunks
+    from gproj_cuda.centering import center_keys, key_shift
+    torch.manual_seed(100 + shift)
+    q = torch.randn(1, 96, 4, 64).bfloat16()
+    k = (torch.randn(1, 160, 2, 64) + 8).bfloat16()
+    v, do = torch.randn(1, 160, 2, 64).bfloat16(), torch.randn(1, 96, 4, 64).bfloat16()
+    kc = center_keys(k)[0]
+    res = {}
+    for dev in ("cpu", "cuda"):
+        t = [x.to(dev) for x in (q, kc, v, do)]
+        kw = dict(softmax_scale=0.125, numerics="gproj", causal=True, diag_shift=shift)
+        o32, st = chunks.forward_chunk(t[0], t[1], t[2], **kw)
+        out = o32.to(q.dtype)
+        f32 = dict(dtype=torch.float32, device=dev)
+        dq_acc, pk_acc = torch.zeros(q.shape, **f32), torch.zeros(q.shape, **f32)
+        rs_acc, rowstate = torch.zeros(st.shape, **f32), torch.zeros(st.shape, **f32)
+        chunks.backward_dq_chunk(t[3], t[0], t[1], t[2], out, st, rowstate, dq_acc, pk_acc,
+                                 rs_acc, **kw)
+        dq = chunks.finish_dq(dq_acc, pk_acc, rs_acc, rowstate, 0.125, "gproj", q.dtype)
+        dk_acc, dv_acc = torch.zeros(k.shape, **f32), torch.zeros(k.shape, **f32)
+        chunks.backward_dkdv_chunk(t[3], t[0], t[1], t[2], st, rowstate, key_shift(t[0]), dk_acc,
+                                   dv_acc, **kw)
+        res[dev] = [x.cpu() for x in (o32, st, dq, dk_acc, dv_acc)]
+    cpu, gpu = res["cpu"], res["cuda"]
+    seen = torch.isfinite(cpu[1][..., 0]) & (cpu[1][..., 0] < 1e30)
+    assert torch.equal(seen, torch.isfinite(gpu[1][..., 0]) & (gpu[1][..., 0] < 1e30)), \
+        "rows that see no key differ"
+    for name, a, b in zip(("out", "stats", "dq", "dk", "dv"), gpu, cpu):
+        assert torch.isfinite(a[..., :1] if name == "stats" else a).any()
+        if name == "stats":
+            torch.testing.assert_close(a[seen], b[seen], rtol=1e-5, atol=1e-4)
+        else:
+            assert row_rel_err(a, b) <= 5e-3, (name, row_rel_err(a, b))
+    if seen.any():
+        assert sum_dk_rel(gpu[3]) <= 1e-5

@@ -166,7 +166,7 @@ const char* compiled_configs() {
 int run_forward(const AttnParams& p, char* err, size_t err_len) {
   return guarded([&] {
     validate_common(p);
-    require_ptr(p.out, "out");
+    require_ptr(p.out_f32 ? p.out_f32 : p.out, p.out_f32 ? "out_f32" : "out");
     require_strides(p.o_stride, "out", p.cu_seqlens_q != 0);
     require_ptr(p.lse, "lse");
     if (p.numerics == int(Numerics::kGProj) && p.k_shift == 0) fail("gproj numerics need k_shift (the exact key centering)");

@@ -32,6 +32,7 @@ struct AttnParams {
   uint64_t pk_accum = 0;      // fp32, dq_stride: += P~ K (gproj)
   uint64_t rs_accum = 0;      // float2 per query row (rowstat index): += {r, s} (gproj)
   uint64_t dv_accum = 0;      // fp32, dv_stride: += dV (dK goes to dk_accum, += alpha dK)
+  uint64_t out_f32 = 0;       // forward: if set, O goes here in fp32 (o_stride) instead of `out`
 
   // ---- strides in elements: {batch, row, head} ------------------------------------------
   int64_t q_stride[3] = {0, 0, 0}, k_stride[3] = {0, 0, 0}, v_stride[3] = {0, 0, 0};

@@ -147,8 +147,10 @@ __global__ void __launch_bounds__(Cfg::kThreads) fwd_kernel(const AttnParams p) 
   const T* shift = p.k_shift ? reinterpret_cast<const T*>(p.k_shift) +
                                    (int64_t(b) * p.heads_k + hk) * D
                              : nullptr;
-  T* gO = reinterpret_cast<T*>(p.out) + b * p.o_stride[0] +
-          int64_t(seq.q_start + m0) * p.o_stride[1] + h * p.o_stride[2];
+  const int64_t o_off = b * p.o_stride[0] + int64_t(seq.q_start + m0) * p.o_stride[1] +
+                        h * p.o_stride[2];
+  T* gO = reinterpret_cast<T*>(p.out) + o_off;
+  float* gOf = p.out_f32 ? reinterpret_cast<float*>(p.out_f32) + o_off : nullptr;
 #pragma unroll
   for (int rr = 0; rr < 2; ++rr) {
     const int r = warp * 16 + (lane >> 2) + rr * 8;  // row within the tile
@@ -161,12 +163,16 @@ __global__ void __launch_bounds__(Cfg::kThreads) fwd_kernel(const AttnParams p) 
       qshift = quad_sum(qshift);
     }
     if (m0 + r < m_end) {
-      T* orow = gO + int64_t(r) * p.o_stride[1];
+      const int64_t orow = int64_t(r) * p.o_stride[1];
 #pragma unroll
       for (int nt = 0; nt < NT_O; ++nt) {
         const int col = acc_col(lane, nt, 0);
-        *reinterpret_cast<uint32_t*>(orow + col) =
-            pack2<T>(acc_o[nt][2 * rr] * inv, acc_o[nt][2 * rr + 1] * inv);
+        const float o0 = acc_o[nt][2 * rr] * inv, o1 = acc_o[nt][2 * rr + 1] * inv;
+        if (gOf) {  // unrounded chunk output (context parallelism merges several)
+          *reinterpret_cast<float2*>(gOf + orow + col) = make_float2(o0, o1);
+        } else {
+          *reinterpret_cast<uint32_t*>(gO + orow + col) = pack2<T>(o0, o1);
+        }
       }
       if ((lane & 3) == 0) {
         const int64_t idx = rowstat_index(p, b, h, seq.q_start + m0 + r);

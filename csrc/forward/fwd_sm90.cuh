@@ -142,7 +142,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   using PipelineState = typename Traits::PipelineState;
   const AttnParams& p = prm.p;
 
-  const int m_block = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  // Causal / right-bounded masks: the last query tiles see the most keys. Blocks are handed
+  // to SMs in index order, so issue them longest first within each head (the head's K/V stay
+  // shared in L2 by its concurrently running tiles); the short tiles then fill the tail.
+  const int m_block = p.window_right >= 0 ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
+  const int h = blockIdx.y, b = blockIdx.z;
   const SeqBounds seq(p, b);
   const int m0 = m_block * kBlockM;
   if (m0 >= seq.nq) return;  // uniform for the block, before any barrier
@@ -329,8 +333,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   const T* shift = p.k_shift ? reinterpret_cast<const T*>(p.k_shift) +
                                    (int64_t(b) * p.heads_k + hk) * kHeadDim
                              : nullptr;
-  T* gO = reinterpret_cast<T*>(p.out) + b * p.o_stride[0] +
-                int64_t(seq.q_start + m0) * p.o_stride[1] + h * p.o_stride[2];
+  const int64_t o_off = b * p.o_stride[0] + int64_t(seq.q_start + m0) * p.o_stride[1] +
+                        h * p.o_stride[2];
+  T* gO = reinterpret_cast<T*>(p.out) + o_off;
+  float* gOf = p.out_f32 ? reinterpret_cast<float*>(p.out_f32) + o_off : nullptr;
   Tensor oc_rc = make_tensor(tOcO.data(), acc_rowcol(tOcO.layout()));
   CUTLASS_PRAGMA_UNROLL
   for (int r = 0; r < kRows; ++r) {
@@ -344,11 +350,16 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       qshift = quad_sum(qshift);
     }
     if (m0 + row < m_end) {
-      T* orow = gO + int64_t(row) * p.o_stride[1];
+      const int64_t orow = int64_t(row) * p.o_stride[1];
       CUTLASS_PRAGMA_UNROLL
       for (int j = 0; j < size<1>(o_rc); j += 2) {
         const int col = get<1>(oc_rc(r, j));
-        *reinterpret_cast<uint32_t*>(orow + col) = pack2<T>(o_rc(r, j) * inv, o_rc(r, j + 1) * inv);
+        const float o0 = o_rc(r, j) * inv, o1 = o_rc(r, j + 1) * inv;
+        if (gOf) {  // unrounded chunk output (context parallelism merges several)
+          *reinterpret_cast<float2*>(gOf + orow + col) = make_float2(o0, o1);
+        } else {
+          *reinterpret_cast<uint32_t*>(gO + orow + col) = pack2<T>(o0, o1);
+        }
       }
       if ((tid & 3) == 0) {
         const int64_t idx = rowstat_index(p, b, h, seq.q_start + m0 + row);

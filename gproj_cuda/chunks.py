@@ -8,15 +8,19 @@ functions expose the kernels' two passes with their fp32 partial sums instead:
 * ``forward_chunk``: out and the softmax state ``stats = [raw max, log2 row sum]`` of the chunk
   pair; the caller merges chunks through ``stats`` (``merge_forward``).
 * ``backward_dq_chunk``: pass 1 with the *global* stats; adds ``dS~ K``, ``P~ K``, ``r`` and
-  ``s`` (fp32) into the caller's accumulators and writes ``rowstate = (delta, 0)``. After the last
+  ``s`` (fp32; r, s fp64) into the caller's accumulators and writes ``rowstate = (delta, 0, 0)``.
+  After the last
   key chunk: ``finish_dq`` forms lambda = r / s and dQ = alpha (dS~K - lambda P~K).
-* ``backward_dkdv_chunk``: pass 2 with the global stats and ``rowstate = (delta, lambda)``; adds
+* ``backward_dkdv_chunk``: pass 2 with the global stats and ``rowstate = (delta, lambda hi,
+  lambda lo)``; adds
   this query chunk's fp32 dK (scaled) and dV into the caller's accumulators.
 
 Same arithmetic as the one-chunk kernels (``reference.py`` on CPU tensors, the CUDA kernels'
 ``partial`` mode on GPU tensors) up to the order of the fp32 additions across chunks.
 
-Layout: dense ``q (B, nq, H, d)``, ``k, v (B, nk, Hk, d)``; per-row state ``(B, H, nq, 2)`` fp32.
+Layout: dense ``q (B, nq, H, d)``, ``k, v (B, nk, Hk, d)``; per-row state ``(B, H, nq, e)``:
+``stats`` fp32 e=2, ``rowstate`` fp32 e=4 (delta, lambda hi, lambda lo, unused), ``rs_acc``
+fp64 e=2 (r, s).
 In gproj mode ``k`` must already be centered by a shift common to every chunk (``global_key_shift``
 in ``distributed.py``), since the forward's max and the backward's recomputed P must refer to the
 same scores. Masks: ``causal`` is FlashAttention's bottom-right alignment, moved by ``diag_shift``
@@ -39,13 +43,17 @@ def _window(causal: bool) -> tuple[int, int]:
 
 
 def _rowstat_strides(*ts: Tensor) -> tuple[int, int]:
-    """(batch, head) strides in float2 units, shared by every per-row state tensor passed."""
-    s = ts[0].stride()
+    """(batch, head) strides in units of one row's record, shared by every per-row state tensor
+    passed (the kernels index all of them with one pair of strides)."""
+    e = ts[0].shape[-1]
+    want = (ts[0].stride(0) // e, ts[0].stride(1) // e)
     for t in ts:
-        if t.dtype != torch.float32 or t.stride() != s or t.stride(-1) != 1 or t.stride(-2) != 2:
-            raise ValueError("per-row state tensors must be fp32 (B, H, n, 2) views with equal "
-                             "strides and a contiguous last two dims")
-    return s[0] // 2, s[1] // 2
+        e = t.shape[-1]
+        if t.stride(-1) != 1 or t.stride(-2) != e or (t.stride(0) // e, t.stride(1) // e) != want \
+                or t.stride(0) % e or t.stride(1) % e:
+            raise ValueError("per-row state tensors must be (B, H, n, e) views of contiguous "
+                             "tensors with the same (B, H, n) extents")
+    return want
 
 
 def _check_accum(t: Tensor, name: str):
@@ -62,6 +70,17 @@ def _cuda_params(q, k, v, scale, causal, numerics, diag_shift, *rowstats):
     p = _params(q, k, v, None, None, 0, 0, scale, wl, wr, numerics)
     p.rs_batch_stride, p.rs_head_stride = _rowstat_strides(*rowstats)
     p.diag_shift = int(diag_shift)
+    return p
+
+
+def _backward_params(q, k, v, dout, stats, rowstate, scale, causal, numerics, diag_shift,
+                     passes, *more_rowstats):
+    """Params of one partial backward pass (1: dQ, 2: dK/dV) on already kernel-ready tensors."""
+    p = _cuda_params(q, k, v, scale, causal, numerics, diag_shift, stats, rowstate,
+                     *more_rowstats)
+    p.backward_passes, p.partial = passes, 1
+    p.stats, p.rowstate = stats.data_ptr(), rowstate.data_ptr()
+    p.dout, p.do_stride = dout.data_ptr(), list(dout.stride()[:3])
     return p
 
 
@@ -141,7 +160,8 @@ def backward_dq_chunk(dout, q, k, v, out, stats, rowstate, dq_acc, pk_acc, rs_ac
                       softmax_scale: float, numerics: str, causal: bool = False,
                       diag_shift: int = 0) -> None:
     """Pass 1 for one key chunk, in place: ``dq_acc += dS~ K``; gproj: ``pk_acc += P~ K``,
-    ``rs_acc += (r, s)``; ``rowstate = (delta, 0)``. ``stats`` are the global (merged) ones."""
+    ``rs_acc += (r, s)`` (fp64); ``rowstate = (delta, 0, 0)``. ``stats`` are the global (merged)
+    ones."""
     gproj = numerics == "gproj"
     for t, name in ((dq_acc, "dq_acc"),) + (((pk_acc, "pk_acc"),) if gproj else ()):
         _check_accum(t, name)
@@ -158,7 +178,7 @@ def backward_dq_chunk(dout, q, k, v, out, stats, rowstate, dq_acc, pk_acc, rs_ac
                 dsk, pk, r, s = R._dq_chunk(qs, ks, vs, dos, stats[b], delta, keep, c, gt,
                                             numerics)
                 rowstate[b, ..., 0] = delta[..., 0]
-                rowstate[b, ..., 1] = 0.0
+                rowstate[b, ..., 1:] = 0.0
                 dq_acc[b] += dsk.transpose(0, 1)
                 if gproj:
                     pk_acc[b] += pk.transpose(0, 1)
@@ -167,12 +187,9 @@ def backward_dq_chunk(dout, q, k, v, out, stats, rowstate, dq_acc, pk_acc, rs_ac
         return
     from . import _ext
     q, k, v, out, dout = _ready(q, k, v, out, dout)
-    rows = (stats, rowstate) + ((rs_acc,) if gproj else ())
-    p = _cuda_params(q, k, v, softmax_scale, causal, numerics, diag_shift, *rows)
-    p.backward_passes, p.partial = 1, 1
-    p.stats, p.rowstate = stats.data_ptr(), rowstate.data_ptr()
+    p = _backward_params(q, k, v, dout, stats, rowstate, softmax_scale, causal, numerics,
+                         diag_shift, 1, *((rs_acc,) if gproj else ()))
     p.out, p.o_stride = out.data_ptr(), list(out.stride()[:3])
-    p.dout, p.do_stride = dout.data_ptr(), list(dout.stride()[:3])
     p.dq_accum, p.dq_stride = dq_acc.data_ptr(), list(dq_acc.stride()[:3])
     if gproj:
         if pk_acc.stride() != dq_acc.stride():
@@ -183,21 +200,21 @@ def backward_dq_chunk(dout, q, k, v, out, stats, rowstate, dq_acc, pk_acc, rs_ac
 
 def finish_dq(dq_acc: Tensor, pk_acc, rs_acc, rowstate: Tensor, softmax_scale: float,
               numerics: str, dtype) -> Tensor:
-    """After every key chunk: lambda = r / s into ``rowstate[..., 1]`` and
+    """After every key chunk: lambda = r / s (fp64) into ``rowstate[..., 1:3]`` as hi + lo and
     dQ = alpha (dS~K - lambda P~K) in fp32, rounded once to ``dtype``."""
     alpha = R._f32(softmax_scale).to(dq_acc.device)
     if numerics != "gproj":
         return (alpha * dq_acc).to(dtype)
-    lam = R._lambda(rs_acc[..., 0], rs_acc[..., 1])
-    rowstate[..., 1] = lam
-    return (alpha * (dq_acc - lam.transpose(1, 2).unsqueeze(-1) * pk_acc)).to(dtype)
+    hi, lo = R._lambda(rs_acc[..., 0], rs_acc[..., 1])
+    rowstate[..., 1], rowstate[..., 2] = hi, lo
+    return (alpha * (dq_acc - hi.transpose(1, 2).unsqueeze(-1) * pk_acc)).to(dtype)
 
 
 def backward_dkdv_chunk(dout, q, k, v, stats, rowstate, q_shift, dk_acc, dv_acc, *,
                         softmax_scale: float, numerics: str, causal: bool = False,
                         diag_shift: int = 0) -> None:
     """Pass 2 for one query chunk, in place: ``dk_acc += alpha dK``, ``dv_acc += dV`` of the
-    keys of ``k``. ``rowstate = (delta, lambda)`` from pass 1 over all key chunks; ``q_shift``
+    keys of ``k``. ``rowstate = (delta, lambda hi, lambda lo)`` from pass 1 over all key chunks; ``q_shift``
     (B, H, d), q's dtype: an exact query centering (``centering.key_shift(q)``)."""
     _check_accum(dk_acc, "dk_acc")
     _check_accum(dv_acc, "dv_acc")
@@ -213,7 +230,8 @@ def backward_dkdv_chunk(dout, q, k, v, stats, rowstate, q_shift, dk_acc, dv_acc,
                 qs, dos = q[b].transpose(0, 1).float(), dout[b].transpose(0, 1).float()
                 ks, vs = k[b].transpose(0, 1).float(), v[b].transpose(0, 1).float()
                 rs = rowstate[b]
-                dk, dv = R._dkdv_chunk(qs, ks, vs, dos, stats[b], rs[..., 0:1], rs[..., 1:2],
+                dk, dv = R._dkdv_chunk(qs, ks, vs, dos, stats[b], rs[..., 0:1],
+                                       (rs[..., 1:2], rs[..., 2:3]),
                                        q_shift[b].float() if gproj else None, keep, c, gt,
                                        alpha, numerics)
                 dk_acc[b] += dk.transpose(0, 1)
@@ -221,10 +239,8 @@ def backward_dkdv_chunk(dout, q, k, v, stats, rowstate, q_shift, dk_acc, dv_acc,
         return
     from . import _ext
     q, k, v, dout = _ready(q, k, v, dout)
-    p = _cuda_params(q, k, v, softmax_scale, causal, numerics, diag_shift, stats, rowstate)
-    p.backward_passes, p.partial = 2, 1
-    p.stats, p.rowstate = stats.data_ptr(), rowstate.data_ptr()
-    p.dout, p.do_stride = dout.data_ptr(), list(dout.stride()[:3])
+    p = _backward_params(q, k, v, dout, stats, rowstate, softmax_scale, causal, numerics,
+                         diag_shift, 2)
     p.dk_accum, p.dk_stride = dk_acc.data_ptr(), list(dk_acc.stride()[:3])
     p.dv_accum, p.dv_stride = dv_acc.data_ptr(), list(dv_acc.stride()[:3])
     if gproj:

@@ -176,8 +176,8 @@ def ring_backward(dout, q, k, v, out, stats, ring: _Ring, causal: bool, scale: f
     # Pass 1: dQ's partial sums over every key chunk, then the global lambda.
     dq_acc = torch.zeros((B, n, H, d), **f32)
     pk_acc = torch.zeros((B, n, H, d), **f32) if gproj else None
-    rs_acc = torch.zeros((B, H, n, 2), **f32) if gproj else None
-    rowstate = torch.zeros((B, H, n, 2), **f32)
+    rs_acc = torch.zeros((B, H, n, 2), dtype=torch.float64, device=q.device) if gproj else None
+    rowstate = torch.zeros((B, H, n, 4), **f32)
     for src, (kc, vc) in ring.circulate((k.contiguous(), v.contiguous())):
         for qs, ks, cz in _blocks(ring.rank, src, n, causal, layout):
             chunks.backward_dq_chunk(

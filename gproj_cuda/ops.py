@@ -157,7 +157,8 @@ def backward_cuda(dout, q, k, v, out, stats, cu_q, cu_k, max_q, max_k, scale, wl
     if numerics == "gproj":
         k, _ = center_keys_cuda(k, cu_k, max_k)   # the same exact shift the forward used
         _, q_shift = center_keys_cuda(q, cu_q, max_q, shift_only=True)  # for the dK GEMM
-    rowstate = torch.empty(stats.shape, dtype=torch.float32, device=q.device)
+    # {delta, lambda hi, lambda lo, unused} per row: dQ pass -> dK/dV pass (csrc/api/params.h)
+    rowstate = torch.empty(stats.shape[:-1] + (4,), dtype=torch.float32, device=q.device)
     p = _params(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics)
     p.stats, p.rowstate = stats.data_ptr(), rowstate.data_ptr()
     if q_shift is not None:

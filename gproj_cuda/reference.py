@@ -363,7 +363,7 @@ def _dq_chunk(qs, ks, vs, dos, st, delta, keep, c, gt, numerics):
     dsk = torch.zeros_like(qs)
     gproj = numerics == "gproj"
     pk = torch.zeros_like(qs) if gproj else None
-    r = torch.zeros(h, qs.shape[1], 1, device=qs.device) if gproj else None
+    r = torch.zeros(h, qs.shape[1], 1, dtype=torch.float64, device=qs.device) if gproj else None
     s = torch.zeros_like(r) if gproj else None
     for kc in _kv_chunks(hk, g, qs.shape[1], ks.shape[1]):
         hc = slice(kc.start * g, kc.stop * g)
@@ -374,19 +374,28 @@ def _dq_chunk(qs, ks, vs, dos, st, delta, keep, c, gt, numerics):
         dsk[hc] = ds_t @ k_g
         if gproj:
             pk[hc] = p_t @ k_g
-            r[hc] = ds_t.sum(-1, keepdim=True)
-            s[hc] = p_t.sum(-1, keepdim=True)
+            # fp64 row sums (the kernel: fp32 within a key tile, fp64 across tiles). lambda must
+            # remove a leak up to ~100x Σ_j |dK_j| to 1e-5 of it; fp32 sums over a whole row,
+            # whose partial sums dwarf r, left 1e-5..3e-5 on one stress point.
+            r[hc] = ds_t.double().sum(-1, keepdim=True)
+            s[hc] = p_t.double().sum(-1, keepdim=True)
     return dsk, pk, r, s
 
 
 def _lambda(r, s):
-    """lambda_i = r_i / s_i (0 where s_i = 0)."""
-    return torch.where(s > 0, r / torch.where(s > 0, s, torch.ones_like(s)), torch.zeros_like(r))
+    """lambda_i = r_i / s_i from fp64 sums (0 where s_i = 0), as two fp32 parts ``(hi, lo)``:
+    hi corrects dQ; A = dS~ - lambda P~ in the dK pass uses both (one fp32 lambda leaves up to
+    7e-6 of Σ_j |dK_j| in Σ_j dK_j where the removed leak is 100x dK)."""
+    r, s = r.double(), s.double()
+    lam = torch.where(s > 0, r / torch.where(s > 0, s, torch.ones_like(s)), torch.zeros_like(r))
+    hi = lam.float()
+    return hi, (lam - hi.double()).float()
 
 
 def _dkdv_chunk(qs, ks, vs, dos, st, delta, lam, q_shift, keep, c, gt, alpha, numerics):
     """Backward pass 2 (KV-outer) for one query chunk: fp32 ``(dK, dV)`` of the chunk's keys,
-    dK scaled by alpha, summed over the query heads of each kv head (GQA)."""
+    dK scaled by alpha, summed over the query heads of each kv head (GQA). ``lam`` is
+    ``(hi, lo)`` from ``_lambda`` (gproj)."""
     h, hk = qs.shape[0], ks.shape[0]
     g = h // hk
     dk = torch.zeros_like(ks)
@@ -405,7 +414,7 @@ def _dkdv_chunk(qs, ks, vs, dos, st, delta, lam, q_shift, keep, c, gt, alpha, nu
             # a hi/lo split of λ∘Q leaves 2^-17 of it (6e-2 when FP16 rows are so sharp
             # that the leak dwarfs dK); a two-part split of A leaves 2^-17 of |A||Q|
             # (1.5e-5 with a large query mean). All miss the 1e-5 bar somewhere.
-            a = _fma(-lam[hc], p_t, ds_t)
+            a = _fma(-lam[1][hc], p_t, _fma(-lam[0][hc], p_t, ds_t))
             a_hi = a.to(gt).float()
             r1 = a - a_hi
             a_mid = r1.to(gt).float()
@@ -467,7 +476,7 @@ def emulate_backward(do, q, k, v, out, stats, *, numerics="gproj", causal=False,
             delta = (dos * _take(out, b, qr, varlen).float()).sum(-1, keepdim=True)
             dsk, pk, r, s = _dq_chunk(qs, ks, vs, dos, st, delta, keep, c, gt, numerics)
             lam = _lambda(r, s) if numerics == "gproj" else None
-            dq_seg = alpha * (dsk - lam * pk if lam is not None else dsk)
+            dq_seg = alpha * (dsk - lam[0] * pk if lam is not None else dsk)
             q_shift = q_shifts[b] if numerics == "gproj" else None
             dk_seg, dv_seg = _dkdv_chunk(qs, ks, vs, dos, st, delta, lam, q_shift, keep, c, gt,
                                          alpha, numerics)

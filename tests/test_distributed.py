@@ -216,7 +216,8 @@ def test_chunk_kernels_whole_problem_equal_the_op(numerics, d):
         assert torch.equal(o32.to(q.dtype), out) and torch.equal(st, stats)
         f32 = dict(dtype=torch.float32, device=dev)
         dq_acc, pk_acc = torch.zeros(q.shape, **f32), torch.zeros(q.shape, **f32)
-        rs_acc, rowstate = torch.zeros(stats.shape, **f32), torch.full(stats.shape, 7.0, **f32)
+        rs_acc = torch.zeros(stats.shape, dtype=torch.float64, device=dev)
+        rowstate = torch.full(stats.shape[:-1] + (4,), 7.0, **f32)
         chunks.backward_dq_chunk(do, q, kc, v, out, stats, rowstate, dq_acc, pk_acc, rs_acc,
                                  softmax_scale=scale, numerics=numerics, causal=causal)
         dq2 = chunks.finish_dq(dq_acc, pk_acc, rs_acc, rowstate, scale, numerics, q.dtype)
@@ -251,7 +252,8 @@ def test_chunk_kernels_diag_shift_match_emulator(shift):
         out = o32.to(q.dtype)
         f32 = dict(dtype=torch.float32, device=dev)
         dq_acc, pk_acc = torch.zeros(q.shape, **f32), torch.zeros(q.shape, **f32)
-        rs_acc, rowstate = torch.zeros(st.shape, **f32), torch.zeros(st.shape, **f32)
+        rs_acc = torch.zeros(st.shape, dtype=torch.float64, device=dev)
+        rowstate = torch.zeros(st.shape[:-1] + (4,), **f32)
         chunks.backward_dq_chunk(t[3], t[0], t[1], t[2], out, st, rowstate, dq_acc, pk_acc,
                                  rs_acc, **kw)
         dq = chunks.finish_dq(dq_acc, pk_acc, rs_acc, rowstate, 0.125, "gproj", q.dtype)

@@ -223,7 +223,7 @@ int run_backward(const AttnParams& p, char* err, size_t err_len) {
       require_ptr(p.partial ? p.dv_accum : p.dv, p.partial ? "dv_accum" : "dv");
       require_strides(p.dv_stride, "dv", varlen);
     }
-    require_ptr(p.rowstate, "rowstate");
+    require_ptr(p.rowstate, "rowstate");  // (16-byte aligned: float4 per row)
     if (gproj && pass_kv) require_ptr(p.q_shift, "q_shift");
     if (p.dk_accum % 16) fail("dk_accum must be 16-byte aligned");
     dispatch(p, [&](auto t, auto d) {

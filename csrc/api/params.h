@@ -21,7 +21,7 @@ struct AttnParams {
   // Per-query-row fp32 state, indexed [b * rs_batch_stride + h * rs_head_stride + row]:
   uint64_t lse = 0;           // natural-log LSE of the user's scores (+inf: row sees no key)
   uint64_t stats = 0;         // float2 {raw score max, log2(row sum)}: forward -> backward
-  uint64_t rowstate = 0;      // float2 {delta, lambda}: dQ pass -> dK/dV pass
+  uint64_t rowstate = 0;      // float4 {delta, lambda hi, lambda lo, 0}: dQ pass -> dK/dV pass
   uint64_t k_shift = 0;       // [batch][head_k][dim] in the input dtype: exact key centering
   uint64_t q_shift = 0;       // [batch][head][dim]: exact query centering inside the dK GEMM
   uint64_t k_centered = 0;    // centering pre-pass output K' = K - k_shift (kc_stride; 0: skip)
@@ -30,7 +30,7 @@ struct AttnParams {
   // Partial-pass accumulators (context parallelism, gproj_cuda/distributed.py; see `partial`):
   uint64_t dq_accum = 0;      // fp32, dq_stride: += dS~ K (unscaled)
   uint64_t pk_accum = 0;      // fp32, dq_stride: += P~ K (gproj)
-  uint64_t rs_accum = 0;      // float2 per query row (rowstat index): += {r, s} (gproj)
+  uint64_t rs_accum = 0;      // double2 per query row (rowstat index): += {r, s} (gproj)
   uint64_t dv_accum = 0;      // fp32, dv_stride: += dV (dK goes to dk_accum, += alpha dK)
   uint64_t out_f32 = 0;       // forward: if set, O goes here in fp32 (o_stride) instead of `out`
 
@@ -53,7 +53,7 @@ struct AttnParams {
   int backward_passes = 3;
   // 1: the backward passes do not finish the gradients of this (query chunk, key chunk) pair;
   // they ADD fp32 partials into the *_accum buffers (every element owned by one block, chunks
-  // in stream order: deterministic, no atomics). The dQ pass writes rowstate = {delta, 0}: the
+  // in stream order: deterministic, no atomics). The dQ pass writes rowstate = {delta, 0, 0}: the
   // caller sets lambda = r / s once every key chunk has been seen, and runs the dK/dV passes
   // with it (SPEC section 3 needs r_i and s_i over *all* keys of row i).
   int partial = 0;

@@ -6,8 +6,8 @@
 //   S^T = K Q^T, P^T (recomputed), dP^T = V dO^T, dS^T = P^T (dP^T - delta)
 //   dV += P~^T dO
 //   fa3:   dK += dS~^T Q
-//   gproj: A = dS~ - lambda P~ in fp32 (lambda from the dQ pass, over the same rounded values:
-//          every row of A sums to zero to fp32 rounding), split A = A_hi + A_mid + A_lo into
+//   gproj: A = dS~ - lambda P~ in fp32 (lambda from the dQ pass, over the same rounded values,
+//          as two fp32 parts: every row of A sums to zero to fp32 rounding), split A = A_hi + A_mid + A_lo into
 //          three rounded parts, dK += A_part^T Q' with exactly centered queries Q' = Q - c_q,
 //          and per head dK += c_q (x) colsum(A) in fp32. The tensor cores' fp32 accumulation
 //          truncates relative to the largest product: against uncentered queries with a large
@@ -39,7 +39,7 @@ struct BwdDkdvConfig {
   static constexpr int LD = D + 8;
   // sK, sV (BN rows) and sQ, sDO (BM rows) in T; BF16 copies of Q and dO when converting.
   static constexpr int kTiles = 2 * BN + 2 * BM + (kOwnQ ? BM : 0) + (kConvert ? BM : 0);
-  static constexpr int kSmemBytes = kTiles * LD * 2 + BM * int(sizeof(float)) * 5;
+  static constexpr int kSmemBytes = kTiles * LD * 2 + BM * int(sizeof(float)) * 6;
 };
 
 template <class Cfg, bool kGProj>
@@ -59,7 +59,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_dkdv_kernel(const AttnParam
   float* sLog2l = sM + BM;
   float* sLse2 = sLog2l + BM;
   float* sDelta = sLse2 + BM;
-  float* sLam = sDelta + BM;
+  float* sLam = sDelta + BM;     // lambda = sLam + sLamLo (two fp32 parts of the fp64 r / s)
+  float* sLamLo = sLam + BM;
   if constexpr (!Cfg::kOwnQ) sQg = reinterpret_cast<TG*>(sQ);
   if constexpr (!Cfg::kConvert) sDOg = reinterpret_cast<TG*>(sDO);
 
@@ -114,11 +115,12 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_dkdv_kernel(const AttnParam
       cp_async_commit();
       // Query rows past the end: the state of a row that sees no key (p = 0).
       for (int r = tid; r < BM; r += Cfg::kThreads) {
-        float2 st = make_float2(INFINITY, 0.f), rw = make_float2(0.f, 0.f);
+        float2 st = make_float2(INFINITY, 0.f);
+        float4 rw = make_float4(0.f, 0.f, 0.f, 0.f);
         if (i0 + r < i_end) {
           const int64_t idx = rowstat_index(p, b, h, q_row0 + r);
           st = reinterpret_cast<const float2*>(p.stats)[idx];
-          rw = reinterpret_cast<const float2*>(p.rowstate)[idx];
+          rw = reinterpret_cast<const float4*>(p.rowstate)[idx];
         }
         const RowSoftmax rs = load_row_softmax(st, c);
         sM[r] = rs.m;
@@ -126,6 +128,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_dkdv_kernel(const AttnParam
         sLse2[r] = rs.lse2;
         sDelta[r] = rw.x;
         sLam[r] = rw.y;
+        sLamLo[r] = rw.z;
       }
       cp_async_wait<0>();
       __syncthreads();
@@ -171,8 +174,9 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_dkdv_kernel(const AttnParam
         for (int nt = 0; nt < NT_S; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            const float lam = sLam[acc_col(lane, nt, e)];
-            const float a = fmaf(-lam, round_to<TG>(st[nt][e]), round_to<TG>(dpt[nt][e]));
+            const int i = acc_col(lane, nt, e);
+            const float pt = round_to<TG>(st[nt][e]);
+            const float a = fmaf(-sLamLo[i], pt, fmaf(-sLam[i], pt, round_to<TG>(dpt[nt][e])));
             const float hi = round_to<TG>(a);
             const float r1 = a - hi;
             const float mid = round_to<TG>(r1);
@@ -197,12 +201,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_dkdv_kernel(const AttnParam
       }
     }
     if constexpr (kGProj) {  // the queries' common part, as a rank-one update in fp32
-      double cs[2] = {colsum[0], colsum[1]};
-#pragma unroll
-      for (int rr = 0; rr < 2; ++rr) {
-        cs[rr] += __shfl_xor_sync(0xffffffff, cs[rr], 1);
-        cs[rr] += __shfl_xor_sync(0xffffffff, cs[rr], 2);
-      }
+      const double cs[2] = {quad_sum(colsum[0]), quad_sum(colsum[1])};
 #pragma unroll
       for (int nt = 0; nt < NT_D; ++nt)
 #pragma unroll

@@ -6,7 +6,8 @@
 //   acc_dq += dS~ K;  gproj: acc_pk += P~ K;  r += rowsum(dS~), s += rowsum(P~)   (fp32)
 // In gproj mode K is the exactly centered K' (centering.py), and for FP16 inputs the GEMMs run
 // on BF16 copies (GradGemmType).
-// Epilogue: lambda = r / s and dQ = alpha (acc_dq - lambda acc_pk), combined in fp32 and never
+// Epilogue: lambda = r / s (fp64, handed on as two fp32 parts) and
+// dQ = alpha (acc_dq - lambda acc_pk), combined in fp32 and never
 // re-rounded through dS~ - lambda P~ (SPEC.md section 3). delta and the lambda the KV-outer pass
 // needs go to `rowstate`. Deterministic: every dQ row is produced by one block, no atomics.
 // With p.partial (context parallelism) the epilogue adds fp32 partials instead (params.h).
@@ -44,7 +45,8 @@ __device__ __forceinline__ void partial_epilogue(const AttnParams& p, int b, int
                                                  int64_t q_row0, int rows, int r0, int wd,
                                                  int lane, const float (&acc_dq)[NT_Q][4],
                                                  const float (&acc_pk)[kGProj ? NT_Q : 1][4],
-                                                 const float (&r_sum)[2], const float (&s_sum)[2],
+                                                 const double (&r_sum)[2],
+                                                 const double (&s_sum)[2],
                                                  const float (&delta)[2]) {
   float* gDQ = reinterpret_cast<float*>(p.dq_accum) + b * p.dq_stride[0] +
                q_row0 * p.dq_stride[1] + h * p.dq_stride[2];
@@ -54,7 +56,7 @@ __device__ __forceinline__ void partial_epilogue(const AttnParams& p, int b, int
 #pragma unroll
   for (int rr = 0; rr < 2; ++rr) {
     const int r = r0 + 8 * rr;
-    float rs = 0.f, ss = 0.f;
+    double rs = 0.0, ss = 0.0;
     if constexpr (kGProj) {
       rs = quad_sum(r_sum[rr]);
       ss = quad_sum(s_sum[rr]);
@@ -72,10 +74,10 @@ __device__ __forceinline__ void partial_epilogue(const AttnParams& p, int b, int
     }
     if (wd == 0 && (lane & 3) == 0) {
       const int64_t idx = rowstat_index(p, b, h, q_row0 + r);
-      reinterpret_cast<float2*>(p.rowstate)[idx] = make_float2(delta[rr], 0.f);
+      reinterpret_cast<float4*>(p.rowstate)[idx] = make_float4(delta[rr], 0.f, 0.f, 0.f);
       if constexpr (kGProj) {
-        float2* a = reinterpret_cast<float2*>(p.rs_accum) + idx;
-        *a = make_float2(a->x + rs, a->y + ss);
+        double2* a = reinterpret_cast<double2*>(p.rs_accum) + idx;
+        *a = make_double2(a->x + rs, a->y + ss);
       }
     }
   }
@@ -161,7 +163,11 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_dq_kernel(const AttnParams 
   zero(acc_dq);
   float acc_pk[kGProj ? NT_Q : 1][4];
   zero(acc_pk);
-  float r_sum[2] = {0.f, 0.f}, s_sum[2] = {0.f, 0.f};  // fp32 sums of the rounded dS~, P~
+  // Row sums of the rounded dS~ and P~: fp32 within a key tile, fp64 across tiles. lambda must
+  // remove a leak up to ~100x sum_j |dK_j| to 1e-5 of it (SPEC section 5), i.e. ~2^-31 relative:
+  // a running fp32 sum over all tiles (rows of dS nearly cancel, so the partial sums are far
+  // larger than r) left sum_j dK_j at 3e-5 on one stress point (emulated: 1e-5 -> 1e-7 with this).
+  double r_sum[2] = {0.0, 0.0}, s_sum[2] = {0.0, 0.0};
 
   // The lane's two rows: tile rows r0, r0 + 8 of its row group.
   const int r0 = wrow * 16 + (lane >> 2);
@@ -215,8 +221,11 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_dq_kernel(const AttnParams 
       uint32_t pa[NT_S / 2][4];
       acc_to_a<TG, NT_S>(pa, s);
       gemm_rs_kn<TG, NT_Q, NT_S / 2>(acc_pk, pa, sKg + wd * DW, LD, lane);
-      add_rounded_row_sums<TG, NT_S / 2>(r_sum, dsa);
-      add_rounded_row_sums<TG, NT_S / 2>(s_sum, pa);
+      float r_tile[2] = {0.f, 0.f}, s_tile[2] = {0.f, 0.f};
+      add_rounded_row_sums<TG, NT_S / 2>(r_tile, dsa);
+      add_rounded_row_sums<TG, NT_S / 2>(s_tile, pa);
+#pragma unroll
+      for (int rr = 0; rr < 2; ++rr) r_sum[rr] += double(r_tile[rr]), s_sum[rr] += double(s_tile[rr]);
     }
     __syncthreads();  // all warps done with sK / sV before the next tile overwrites them
   }
@@ -239,10 +248,10 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_dq_kernel(const AttnParams 
 #pragma unroll
   for (int rr = 0; rr < 2; ++rr) {
     const int r = r0 + 8 * rr;
-    float lam = 0.f;
+    float lam = 0.f, lam_lo = 0.f;
     if constexpr (kGProj) {
-      const float rs = quad_sum(r_sum[rr]), ss = quad_sum(s_sum[rr]);
-      lam = ss > 0.f ? rs / ss : 0.f;
+      const double rs = quad_sum(r_sum[rr]), ss = quad_sum(s_sum[rr]);
+      split_lambda(rs, ss, lam, lam_lo);
     }
     if (m0 + r < m_end) {
       T* row = gDQ + int64_t(r) * p.dq_stride[1] + wd * DW;
@@ -257,7 +266,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_dq_kernel(const AttnParams 
       }
       if (wd == 0 && (lane & 3) == 0) {
         const int64_t idx = rowstat_index(p, b, h, q_row0 + r);
-        reinterpret_cast<float2*>(p.rowstate)[idx] = make_float2(delta[rr], lam);
+        reinterpret_cast<float4*>(p.rowstate)[idx] = make_float4(delta[rr], lam, lam_lo, 0.f);
       }
     }
   }

@@ -96,7 +96,8 @@ __device__ __forceinline__ float exp2_approx(float x) {
   return y;
 }
 
-__device__ __forceinline__ float quad_sum(float x) {
+template <typename F>  // float or double
+__device__ __forceinline__ F quad_sum(F x) {
   x += __shfl_xor_sync(0xffffffff, x, 1);
   x += __shfl_xor_sync(0xffffffff, x, 2);
   return x;

@@ -53,24 +53,32 @@ pretrain() {
   wait
   echo "$(el) probe done"
   # 2. steps per setting: the six processes share the GPU's time; their total GPU work
-  #    (sum of steps / (6 x shared rate)) must fit 75% of what is left before the deadline
+  #    (sum of steps / (processes x shared rate)) must fit 75% of what is left before the deadline
   read SN SA < <(python3 - "$P" "$D" <<'EOF'
 import json, glob, sys, time, os
 P, D = sys.argv[1], float(sys.argv[2])
 rate = {}
-for f in glob.glob(os.path.join(P, "*.jsonl")):
-    rs = [json.loads(l) for l in open(f) if l.strip()]
-    rs = [r for r in rs if r["step"] >= 10]
-    name = os.path.basename(f)[:-6]
-    if len(rs) >= 2:
-        rate[name] = (rs[-1]["step"] - rs[0]["step"]) / (rs[-1]["elapsed_s"] - rs[0]["elapsed_s"])
-    print(name, "steps/s shared:", round(rate.get(name, 0), 2), file=sys.stderr)
+for arm in ("fa3", "gproj", "fp32"):
+    for st in ("none", "all"):
+        name = f"{arm}-{st}"
+        if not os.path.exists(os.path.join(P, name + ".summary.json")):
+            # a probe that died (no summary) says nothing about the rate: leave it out of the
+            # estimate and say so loudly (its real run will most likely die the same way)
+            print(f"{name}: PROBE FAILED:", "".join(open(os.path.join(P, name + ".log"))
+                                                   .readlines()[-3:]), file=sys.stderr)
+            continue
+        rs = [json.loads(l) for l in open(os.path.join(P, name + ".jsonl")) if l.strip()]
+        rs = [r for r in rs if r["step"] >= 10]
+        rate[name] = ((rs[-1]["step"] - rs[0]["step"]) / (rs[-1]["elapsed_s"] - rs[0]["elapsed_s"])
+                      if len(rs) >= 2 else 0.2)     # alive but slower than 20 steps per probe
+        print(name, "steps/s shared:", round(rate[name], 2), file=sys.stderr)
 avail = 0.75 * (D - time.time() - 40)          # start-up and final evaluation/checkpoint
 def work(sn, sa):                               # GPU seconds under equal time sharing
     tot = 0
     for arm in ("fa3", "gproj", "fp32"):
         for st, s in (("none", sn), ("all", sa)):
-            tot += s / (6 * rate.get(f"{arm}-{st}", 0.5))
+            if f"{arm}-{st}" in rate:
+                tot += s / (len(rate) * rate[f"{arm}-{st}"])
     return tot
 sn = 3000
 while sn > 400 and work(sn, min(2000, round(0.75 * sn / 50) * 50)) > avail:

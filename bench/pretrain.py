@@ -288,7 +288,9 @@ class GPT(nn.Module):
             mag = kbias_init * 0.02 * math.sqrt(dim)
             with torch.no_grad():
                 for blk in self.blocks:
-                    signs = torch.randint(0, 2, (dim,), generator=g).float() * 2 - 1
+                    # device="cpu": the model is built under torch.device("cuda"), and a CPU
+                    # generator there fails ("Expected a 'cuda' device type for generator")
+                    signs = torch.randint(0, 2, (dim,), generator=g, device="cpu").float() * 2 - 1
                     blk.attn.k_bias.copy_(mag * signs)
 
     def forward(self, idx, arm, taps=None):

@@ -3,11 +3,20 @@ imports on this machine (torch SDPA cuDNN / flash / memory-efficient, FlexAttent
 
     python bench/speed.py                       # SPEC.md section 6 shapes (+ GQA, varlen)
     python bench/speed.py --quick               # two shapes, for a smoke test
+    python bench/speed.py --impls flex --warm-only   # compile FlexAttention's kernels for every
+                                                # shape (fills the inductor/Triton disk caches
+                                                # so a timing run later compiles in seconds)
     python bench/speed.py --out bench/results/speed.json --md bench/results/speed.md --plot bench/results/speed.png
 
 TFLOPS = 4·B·H·N²·d / t (halved when causal); backward counts 2.5x the forward's FLOPs. Times are
 medians over repeated CUDA-event timings after warm-up, with a pause between configurations;
 the ratio column is to cuDNN measured in the same run (ratios travel between machines).
+
+Shapes: B*N = --tokens (16k), H*d = --width (2048); "dense" (heads_k = heads), "gqa" (heads_k =
+heads / 8) and "varlen" (--tokens packed into sequences of random lengths with the given mean,
+seqlen = the longest; gproj_cuda.attention_varlen, SDPA through nested jagged tensors, flex with a
+document mask). Records go to --out after every shape (a run stopped by a timeout keeps what it
+measured). --device cpu with tiny --tokens/--width checks the code paths without a GPU.
 """
 
 from __future__ import annotations
@@ -39,18 +48,33 @@ def flops(batch, heads, seqlen_q, seqlen_k, d, causal, op):
     return {"fwd": f, "bwd": 2.5 * f, "fwd_bwd": 3.5 * f}[op]
 
 
-def time_cuda(fn, *, warmup=3, min_reps=10, max_reps=100, budget_s=1.0):
-    """Median milliseconds of fn() by CUDA events."""
+BUDGET_S = 1.0      # per timed op (--budget-s)
+DEVICE = "cuda"     # --device cpu: code-path check only (perf_counter timings)
+
+
+def _sync():
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_cuda(fn, *, warmup=3, min_reps=10, max_reps=100, budget_s=None):
+    """Median milliseconds of fn() by CUDA events (perf_counter on --device cpu)."""
+    budget_s = BUDGET_S if budget_s is None else budget_s
     for _ in range(warmup):
         fn()
-    torch.cuda.synchronize()
+    _sync()
     t0 = time.perf_counter()
     fn()
-    torch.cuda.synchronize()
+    _sync()
     once = time.perf_counter() - t0
     reps = int(min(max_reps, max(min_reps, budget_s / max(once, 1e-6))))
     times = []
     for _ in range(reps):
+        if DEVICE != "cuda":
+            t0 = time.perf_counter()
+            fn()
+            times.append(1e3 * (time.perf_counter() - t0))
+            continue
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
         fn()
@@ -61,36 +85,67 @@ def time_cuda(fn, *, warmup=3, min_reps=10, max_reps=100, budget_s=1.0):
 
 
 # ---------------------------------------------------------------------------------------------
-# implementations: each returns a callable out = f(q, k, v) in (B, N, H, d) layout
+# implementations: make(causal, gqa, varlen) returns out = f(q, k, v); dense tensors are
+# (B, N, H, d), varlen ones (total, H, d) with varlen = dict(cu=int32 prefix sums, max=longest,
+# offsets=int64 prefix sums, lens=[...], doc=document id per token)
 # ---------------------------------------------------------------------------------------------
 
 def _sdpa(backend):
-    def make(causal, gqa):
+    def make(causal, gqa, varlen=None):
+        kw = {"enable_gqa": True} if gqa else {}
+
         def f(q, k, v):
+            if varlen is not None:      # nested jagged tensors: one ragged dim shared by q, k, v
+                nj = lambda x: torch.nested.nested_tensor_from_jagged(   # noqa: E731
+                    x, varlen["offsets"], min_seqlen=min(varlen["lens"]), max_seqlen=varlen["max"])
+                q, k, v = nj(q), nj(k), nj(v)
             with sdpa_kernel([backend]):
                 o = torch.nn.functional.scaled_dot_product_attention(
-                    q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal,
-                    enable_gqa=gqa)
-            return o.transpose(1, 2)
+                    q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal, **kw)
+            o = o.transpose(1, 2)
+            return o.values() if varlen is not None else o
         return f
     return make
 
 
 def _flex():
+    import torch._dynamo.config as dcfg
+    import torch._functorch.config as fcfg
+    # the backward is timed by repeated out.backward(retain_graph=True) on one forward; with
+    # donated buffers (the default) a compiled backward refuses that ("compiled with non-empty
+    # donated buffers which requires ... retain_graph=False": the H200 run of 37c6b83 lost flex)
+    fcfg.donated_buffer = False
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    for name, val in (("recompile_limit", 1024), ("cache_size_limit", 1024),
+                      ("accumulated_recompile_limit", 4096), ("accumulated_cache_size_limit", 4096)):
+        try:            # one graph per shape: the default limit (8) would fall back to eager
+            setattr(dcfg, name, val)
+        except Exception:
+            pass
     compiled = torch.compile(flex_attention, dynamic=False)
 
-    def make(causal, gqa):
+    def make(causal, gqa, varlen=None):
         cache = {}
 
         def f(q, k, v):
+            if varlen is not None:
+                q, k, v = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
             key = (q.shape[1], k.shape[1])
-            if causal and key not in cache:
+            if varlen is not None and key not in cache:
+                doc = varlen["doc"]
+                if causal:
+                    def mm(b, h, qi, ki):
+                        return (doc[qi] == doc[ki]) & (qi >= ki)
+                else:
+                    def mm(b, h, qi, ki):
+                        return doc[qi] == doc[ki]
+                cache[key] = create_block_mask(mm, None, None, key[0], key[1], device=q.device)
+            elif causal and key not in cache:
                 cache[key] = create_block_mask(lambda b, h, qi, ki: qi >= ki, None, None,
-                                               q.shape[1], k.shape[1], device=q.device)
+                                               key[0], key[1], device=q.device)
             o = compiled(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                         block_mask=cache.get(key), enable_gqa=gqa)
-            return o.transpose(1, 2)
+                         block_mask=cache.get(key), enable_gqa=gqa).transpose(1, 2)
+            return o[0] if varlen is not None else o
         return f
     return make
 
@@ -98,17 +153,26 @@ def _flex():
 def _fa3():
     import flash_attn_interface  # noqa: F401  (FlashAttention-3 hopper build)
 
-    def make(causal, gqa):
+    def make(causal, gqa, varlen=None):
         def f(q, k, v):
-            o = flash_attn_interface.flash_attn_func(q, k, v, causal=causal)
+            if varlen is not None:
+                o = flash_attn_interface.flash_attn_varlen_func(
+                    q, k, v, varlen["cu"], varlen["cu"], varlen["max"], varlen["max"],
+                    causal=causal)
+            else:
+                o = flash_attn_interface.flash_attn_func(q, k, v, causal=causal)
             return o[0] if isinstance(o, tuple) else o
         return f
     return make
 
 
 def _ours(numerics):
-    def make(causal, gqa):
+    def make(causal, gqa, varlen=None):
         def f(q, k, v):
+            if varlen is not None:
+                return gproj_cuda.attention_varlen(q, k, v, varlen["cu"], varlen["cu"],
+                                                   varlen["max"], varlen["max"], causal=causal,
+                                                   numerics=numerics)
             return gproj_cuda.attention(q, k, v, causal=causal, numerics=numerics)
         return f
     return make
@@ -126,47 +190,101 @@ def available_impls():
         print(f"(flex attention unavailable: {e})")
     try:
         impls["fa3"] = (_fa3(), "fa3", None)
-    except Exception:
-        pass
+    except Exception as e:
+        print(f"(fa3 unavailable: {type(e).__name__}: {e})")
     return impls
 
 
+def varlen_lengths(total, mean, seed=0):
+    """Sequence lengths drawn uniformly from [mean/4, 7 mean/4], summing exactly to ``total``."""
+    g = torch.Generator().manual_seed(seed * 7919 + mean)
+    lens, left = [], total
+    while left > 0:
+        n = int(torch.randint(max(1, mean // 4), 7 * mean // 4 + 1, (1,), generator=g))
+        n = min(n, left)
+        if left - n < mean // 4:        # no tiny last sequence: fold the remainder in
+            n = left
+        lens.append(n)
+        left -= n
+    return tuple(lens)
+
+
 def spec_shapes(quick=False, hdims=(64, 128, 256), seqlens=(1024, 2048, 4096, 8192, 16384),
-                gqa=True):
-    """(hdim, seqlen, causal, heads_k_divisor): B·N = 16k tokens, H·d = 2048."""
+                gqa=True, gqa_seqlens=(4096, 16384), varlen_means=(1024, 4096), tokens=16384):
+    """(hdim, seqlen, causal, heads_k divisor, kind, lengths): B*N = tokens, H*d = width;
+    kind "dense", "gqa" (heads_k = heads / 8) or "varlen" (lengths of the packed sequences)."""
     if quick:
-        return [(128, 4096, False, 1), (128, 4096, True, 1)]
+        return [(128, 4096, False, 1, "dense", None), (128, 4096, True, 1, "dense", None)]
     shapes = []
     for d in hdims:
         for n in seqlens:
             for causal in (False, True):
-                shapes.append((d, n, causal, 1))
-    if gqa and 128 in hdims:
-        shapes += [(128, 4096, True, 8), (128, 16384, False, 8)]   # GQA: heads_k = heads / 8
+                shapes.append((d, n, causal, 1, "dense", None))
+    dg = 128 if 128 in hdims else hdims[0]
+    if gqa:
+        for n in gqa_seqlens:
+            for causal in (False, True):
+                shapes.append((dg, n, causal, 8, "gqa", None))
+    for m in varlen_means:
+        lens = varlen_lengths(tokens, m)
+        for causal in (False, True):
+            shapes.append((dg, max(lens), causal, 1, "varlen", lens))
     return shapes
 
 
-def bench_one(make, d, n, causal, hk_div, ops, dtype=torch.bfloat16):
-    batch = max(1, 16384 // n)
-    heads = 2048 // d
-    heads_k = heads // hk_div
-    g = torch.Generator(device="cuda").manual_seed(0)
-    q = torch.randn(batch, n, heads, d, device="cuda", generator=g).to(dtype).requires_grad_()
-    k = torch.randn(batch, n, heads_k, d, device="cuda", generator=g).to(dtype).requires_grad_()
-    v = torch.randn(batch, n, heads_k, d, device="cuda", generator=g).to(dtype).requires_grad_()
-    do = torch.randn(batch, n, heads, d, device="cuda", generator=g).to(dtype)
-    f = make(causal, hk_div > 1)
+def shape_flops(batch, heads, n, d, causal, op, lens=None):
+    if lens is not None:
+        return sum(flops(1, heads, m, m, d, causal, op) for m in lens)
+    return flops(batch, heads, n, n, d, causal, op)
+
+
+def bench_one(make, shape, ops, dtype=torch.bfloat16, tokens=16384, width=2048, warm_only=False):
+    d, n, causal, hk_div, kind, lens = shape
+    batch = len(lens) if lens else max(1, tokens // n)
+    heads = width // d
+    heads_k = max(1, heads // hk_div)
+    dev = DEVICE
+    g = torch.Generator(device=dev).manual_seed(0)
+    lead = (sum(lens),) if lens else (batch, n)
+    mk = lambda h: torch.randn(*lead, h, d, device=dev, generator=g).to(dtype)   # noqa: E731
+    q, k, v = mk(heads).requires_grad_(), mk(heads_k).requires_grad_(), mk(heads_k).requires_grad_()
+    do = mk(heads)
+    varlen = None
+    if lens:
+        t = torch.tensor(lens)
+        cu = torch.zeros(len(lens) + 1, dtype=torch.int64)
+        cu[1:] = torch.cumsum(t, 0)
+        varlen = dict(cu=cu.to(torch.int32).to(dev), offsets=cu.to(dev), max=max(lens),
+                      lens=list(lens), doc=torch.repeat_interleave(torch.arange(len(lens)), t).to(dev))
+    f = make(causal, hk_div > 1, varlen)
     res = {}
+    if warm_only:            # compile only: one forward and one backward
+        q.grad = k.grad = v.grad = None
+        f(q, k, v).backward(do)
+        _sync()
+        return dict(batch=batch, heads=heads, heads_k=heads_k, times=res)
     if "fwd" in ops:
         with torch.no_grad():
             res["fwd"] = time_cuda(lambda: f(q, k, v))
     if "bwd" in ops or "fwd_bwd" in ops:
-        out = f(q, k, v)
+        try:
+            out = f(q, k, v)
+        except Exception as e:      # keep the forward's time when the backward cannot run
+            if not res:
+                raise
+            print(f"    backward failed, forward kept ({type(e).__name__}: {str(e)[:120]})")
+            return dict(batch=batch, heads=heads, heads_k=heads_k, times=res)
 
         def bwd():
             q.grad = k.grad = v.grad = None
             out.backward(do, retain_graph=True)
-        res["bwd"] = time_cuda(bwd)
+        try:
+            res["bwd"] = time_cuda(bwd)
+        except Exception as e:
+            if not res:
+                raise
+            print(f"    backward failed, forward kept ({type(e).__name__}: {str(e)[:120]})")
+            return dict(batch=batch, heads=heads, heads_k=heads_k, times=res)
 
         if "fwd_bwd" in ops:
             def fb():
@@ -176,7 +294,12 @@ def bench_one(make, d, n, causal, hk_div, ops, dtype=torch.bfloat16):
     return dict(batch=batch, heads=heads, heads_k=heads_k, times=res)
 
 
+def _ints(s):
+    return tuple(int(x) for x in s.split(",") if x.strip())
+
+
 def main(argv=None):
+    global BUDGET_S, DEVICE
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--impls", default="all", help="comma list (default: all importable)")
@@ -184,53 +307,89 @@ def main(argv=None):
     ap.add_argument("--hdims", default="64,128,256")
     ap.add_argument("--seqlens", default="1024,2048,4096,8192,16384")
     ap.add_argument("--no-gqa", action="store_true")
+    ap.add_argument("--gqa-seqlens", default="4096,16384", help="GQA shapes (d=128, heads_k=H/8)")
+    ap.add_argument("--varlen-means", default="1024,4096",
+                    help="mean sequence lengths of the varlen shapes (d=128); '' for none")
+    ap.add_argument("--flex-hdims", default="",
+                    help="run flex only at shapes with these head dims (it compiles per shape)")
+    ap.add_argument("--tokens", type=int, default=16384, help="B*N per shape")
+    ap.add_argument("--width", type=int, default=2048, help="H*d per shape")
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
+    ap.add_argument("--budget-s", type=float, default=1.0, help="timing seconds per op and impl")
     ap.add_argument("--pause", type=float, default=0.2, help="seconds between configurations")
-    ap.add_argument("--out", help="JSON records (SPEC.md section 8 schema)")
+    ap.add_argument("--warm-only", action="store_true",
+                    help="one forward+backward per shape, no timing, no output (compile caches)")
+    ap.add_argument("--shard", default="0/1", help="i/n: only every n-th shape from the i-th")
+    ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
+                    help="cpu: code-path check with tiny --tokens/--width (timings meaningless)")
+    ap.add_argument("--out", help="JSON records (SPEC.md section 8 schema), rewritten per shape")
     ap.add_argument("--md", help="Markdown table")
     ap.add_argument("--plot", help="PNG: TFLOPS ratio to cuDNN per shape")
     args = ap.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("bench/speed.py needs a CUDA GPU.")
+    BUDGET_S, DEVICE = args.budget_s, args.device
+    if DEVICE == "cuda" and not torch.cuda.is_available():
+        print("bench/speed.py needs a CUDA GPU (or --device cpu for a code-path check).")
         return 2
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     impls = available_impls()
     if args.impls != "all":
         impls = {k: v for k, v in impls.items() if k in args.impls.split(",")}
     ops = args.ops.split(",")
-    gpu, commit = torch.cuda.get_device_name(), _commit()
+    gpu = torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu"
+    commit = _commit()
+    flex_hdims = _ints(args.flex_hdims)
     records = []
-    shapes = spec_shapes(args.quick, tuple(int(x) for x in args.hdims.split(",")),
-                         tuple(int(x) for x in args.seqlens.split(",")), not args.no_gqa)
-    print(f"{gpu}, torch {torch.__version__}, {len(shapes)} shapes x {len(impls)} impls")
-    for si, (d, n, causal, hk_div) in enumerate(shapes):
+    shapes = spec_shapes(args.quick, _ints(args.hdims), _ints(args.seqlens), not args.no_gqa,
+                         _ints(args.gqa_seqlens), _ints(args.varlen_means), args.tokens)
+    si0, sn = (int(x) for x in args.shard.split("/"))
+    shapes = shapes[si0::sn]
+    print(f"{gpu}, torch {torch.__version__}, {len(shapes)} shapes x {len(impls)} impls"
+          + (" (warm-only)" if args.warm_only else ""), flush=True)
+    t_run = time.time()
+    for si, shape in enumerate(shapes):
+        d, n, causal, hk_div, kind, lens = shape
         for name, (make, impl, numerics) in impls.items():
+            if impl == "flex" and flex_hdims and d not in flex_hdims:
+                continue
+            tag = f"[{si + 1}/{len(shapes)}] d={d} N={n} causal={causal} {kind}"
+            t0 = time.time()
             try:
-                r = bench_one(make, d, n, causal, hk_div, ops, dtype)
+                r = bench_one(make, shape, ops, dtype, args.tokens, args.width, args.warm_only)
             except Exception as e:
-                print(f"  [{si + 1}/{len(shapes)}] d={d} N={n} causal={causal} {name}: "
-                      f"skipped ({type(e).__name__}: {str(e)[:80]})")
-                torch.cuda.empty_cache()
+                print(f"  {tag} {name}: skipped ({type(e).__name__}: "
+                      f"{str(e).splitlines()[0][:160] if str(e) else ''})", flush=True)
+                if DEVICE == "cuda":
+                    torch.cuda.empty_cache()
+                continue
+            if args.warm_only:
+                print(f"  {tag} {name}: warmed in {time.time() - t0:.1f} s", flush=True)
                 continue
             for op, ms in r["times"].items():
-                fl = flops(r["batch"], r["heads"], n, n, d, causal, op)
-                records.append(dict(impl=impl, numerics=numerics, op=op,
-                                    dtype=args.dtype, hdim=d, seqlen=n, batch=r["batch"],
-                                    heads=r["heads"], heads_k=r["heads_k"], causal=causal,
-                                    ms=ms, tflops=fl / ms / 1e9, gpu=gpu,
-                                    torch=torch.__version__, commit=commit))
+                fl = shape_flops(r["batch"], r["heads"], n, d, causal, op, lens)
+                rec = dict(impl=impl, numerics=numerics, op=op, dtype=args.dtype, hdim=d,
+                           seqlen=n, batch=r["batch"], heads=r["heads"], heads_k=r["heads_k"],
+                           causal=causal, ms=ms, tflops=fl / ms / 1e9, gpu=gpu,
+                           torch=torch.__version__, commit=commit, shape=kind)
+                if lens:
+                    rec.update(tokens=sum(lens), seqlens_mean=round(sum(lens) / len(lens)))
+                records.append(rec)
             line = " ".join(f"{op} {r['times'][op]:.3f} ms "
-                            f"({flops(r['batch'], r['heads'], n, n, d, causal, op) / r['times'][op] / 1e9:.0f} TF)"
+                            f"({shape_flops(r['batch'], r['heads'], n, d, causal, op, lens) / r['times'][op] / 1e9:.0f} TF)"
                             for op in ops if op in r["times"])
-            print(f"  [{si + 1}/{len(shapes)}] d={d} N={n} causal={causal} hk=H/{hk_div} "
-                  f"{name:18s} {line}", flush=True)
-            torch.cuda.empty_cache()
+            print(f"  {tag} hk=H/{hk_div} {name:18s} {line} [{time.time() - t0:.1f} s]",
+                  flush=True)
+            if DEVICE == "cuda":
+                torch.cuda.empty_cache()
             time.sleep(args.pause)
+        if args.out and records:
+            with open(args.out + ".tmp", "w") as f:
+                json.dump(records, f, indent=1)
+            os.replace(args.out + ".tmp", args.out)
+    print(f"done: {len(shapes)} shapes in {time.time() - t_run:.0f} s", flush=True)
+    if args.warm_only:
+        return 0
     table = markdown(records)
     print(table)
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(records, f, indent=1)
     if args.md:
         with open(args.md, "w") as f:
             f.write(f"Measured on {gpu}, torch {torch.__version__}, commit {commit}, "
@@ -240,8 +399,12 @@ def main(argv=None):
     return 0
 
 
+def _kind(r):
+    return r.get("shape") or ("gqa" if r["heads_k"] != r["heads"] else "dense")
+
+
 def _key(r):
-    return (r["hdim"], r["seqlen"], r["causal"], r["heads_k"] != r["heads"], r["op"])
+    return (r["hdim"], r["seqlen"], r["causal"], _kind(r), r["op"])
 
 
 def markdown(records):
@@ -255,11 +418,12 @@ def markdown(records):
     for r in records:
         name = r["impl"] + (f"/{r['numerics']}" if r["numerics"] else "")
         rows.setdefault(_key(r), {})[name] = r["tflops"]
-    head = "| hdim | N | causal | GQA | op | " + " | ".join(impls) + " |"
+    head = "| hdim | N | causal | shape | op | " + " | ".join(impls) + " |"
     lines = [head, "|" + "---|" * (5 + len(impls))]
-    for key in sorted(rows):
+    for key in sorted(rows, key=lambda k: (k[3] != "dense", k[3], k[0], k[1], k[2], k[4])):
         vals = rows[key]
-        ref = vals.get("sdpa_cudnn")
+        # varlen: SDPA runs through nested tensors there (overhead-bound): TFLOPS only
+        ref = vals.get("sdpa_cudnn") if key[3] != "varlen" else None
         cells = []
         for i in impls:
             if i not in vals:
@@ -268,33 +432,38 @@ def markdown(records):
                 cells.append(f"{vals[i]:.0f} ({vals[i] / ref:.2f}x)")
             else:
                 cells.append(f"{vals[i]:.0f}")
-        d, n, causal, gqa, op = key
-        lines.append(f"| {d} | {n} | {causal} | {gqa} | {op} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n\nTFLOPS (ratio to cuDNN in the same run).\n"
+        d, n, causal, kind, op = key
+        lines.append(f"| {d} | {n} | {causal} | {kind} | {op} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + ("\n\nTFLOPS (ratio to cuDNN in the same run). varlen rows: N is the "
+                                "longest packed sequence; FLOPs summed per sequence; no ratios (SDPA runs "
+                                "them through nested tensors, whose overhead sets its time).\n")
 
 
 def plot(records, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 2, figsize=(14, 5), sharey=True)
+    fig, axes = plt.subplots(2, 1, figsize=(16, 10), sharey=True)
     for ax, op in zip(axes, ("fwd", "bwd")):
         rs = [r for r in records if r["op"] == op]
         cudnn = {_key(r): r["tflops"] for r in rs if r["impl"] == "sdpa_cudnn"}
-        keys = sorted(cudnn)
+        # varlen rows left out: SDPA takes them through nested tensors, whose overhead (not the
+        # kernels) sets its time there, so a ratio to it would mislead (see speed.md)
+        keys = sorted({_key(r) for r in rs if _kind(r) != "varlen"},
+                      key=lambda k: (k[3] != "dense", k[3], k[0], k[1], k[2]))
         names = sorted({r["impl"] + (f"/{r['numerics']}" if r["numerics"] else "") for r in rs})
         for name in names:
             ys = []
             for key in keys:
                 m = [r["tflops"] for r in rs if _key(r) == key and
                      r["impl"] + (f"/{r['numerics']}" if r["numerics"] else "") == name]
-                ys.append(m[0] / cudnn[key] if m else math.nan)
+                ys.append(m[0] / cudnn[key] if m and key in cudnn else math.nan)
             ax.plot(range(len(keys)), ys, marker="o", label=name)
         ax.set_xticks(range(len(keys)))
-        ax.set_xticklabels([f"d{k[0]} N{k[1] // 1024}k{' c' if k[2] else ''}{' gqa' if k[3] else ''}"
+        ax.set_xticklabels([f"d{k[0]} N{k[1] / 1024:.3g}k{' c' if k[2] else ''}{'' if k[3] == 'dense' else ' ' + k[3]}"
                             for k in keys], rotation=70, fontsize=7)
         ax.axhline(1.0, color="gray", lw=0.5)
-        ax.set_title(f"{op}: TFLOPS / cuDNN (same run)")
+        ax.set_title(f"{op}: TFLOPS / cuDNN (same run; varlen shapes in speed.md)")
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     fig.tight_layout()

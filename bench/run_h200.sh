@@ -9,7 +9,8 @@
 # Knobs (environment): SPEED_S (seconds for speed.py, default 240), TEST_S (pytest, 150),
 # WARM_UNTIL_S (stop waiting for the flex compiles then, 175), PT_DEADLINE_S (pretrain: every run
 # stops by start + this, default 530), PT_PROBE_S (45), PT_EXTRA (extra pretrain.py flags, e.g.
-# --smoke for a CPU check of this script).
+# --smoke for a CPU check of this script), PT_GPUS (pretrain: 2 puts the default-setting arms on
+# GPU 0 and the stress arms on GPU 1; default 1).
 set -uo pipefail
 OUT=${OUT:-/tmp/gproj_out}
 mkdir -p "$OUT"
@@ -40,12 +41,16 @@ speed() {
   grep -E "^\s+\[|done|unavailable" "$OUT/speed.log" | cut -c1-150 | tail -n 60
 }
 
+# PT_GPUS=2: the default setting on GPU 0, the stress setting on GPU 1.
+gpu_of() { if [ "${PT_GPUS:-1}" = 2 ] && [ "$1" = all ]; then echo 1; else echo 0; fi; }
+
 pretrain() {
   local D=$(( T0 + ${PT_DEADLINE_S:-530} )) P=/tmp/pt_probe W=$OUT/pretrain
   mkdir -p $P "$W"
   nvidia-smi --query-gpu=name,memory.used --format=csv,noheader
   # 1. probe: all six processes at once for PT_PROBE_S seconds, to measure the shared step rates
   for stress in none all; do for arm in fa3 gproj fp32; do
+    CUDA_VISIBLE_DEVICES=$(gpu_of $stress) \
     python3 bench/pretrain.py --arm $arm --stress $stress --steps 5000 --log-every 10 \
       --eval-every 100000 --ckpt-every 0 --time-budget-s "${PT_PROBE_S:-45}" --workdir $P \
       --tqdm off ${PT_EXTRA:-} > $P/$arm-$stress.log 2>&1 &
@@ -54,9 +59,9 @@ pretrain() {
   echo "$(el) probe done"
   # 2. steps per setting: the six processes share the GPU's time; their total GPU work
   #    (sum of steps / (processes x shared rate)) must fit 75% of what is left before the deadline
-  read SN SA < <(python3 - "$P" "$D" <<'EOF'
+  read SN SA < <(python3 - "$P" "$D" "${PT_GPUS:-1}" <<'EOF'
 import json, glob, sys, time, os
-P, D = sys.argv[1], float(sys.argv[2])
+P, D, NGPU = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
 rate = {}
 for arm in ("fa3", "gproj", "fp32"):
     for st in ("none", "all"):
@@ -73,13 +78,14 @@ for arm in ("fa3", "gproj", "fp32"):
                       if len(rs) >= 2 else 0.2)     # alive but slower than 20 steps per probe
         print(name, "steps/s shared:", round(rate[name], 2), file=sys.stderr)
 avail = 0.75 * (D - time.time() - 40)          # start-up and final evaluation/checkpoint
-def work(sn, sa):                               # GPU seconds under equal time sharing
-    tot = 0
+def work(sn, sa):          # seconds under equal time sharing of the busiest GPU
+    per_gpu = {}
     for arm in ("fa3", "gproj", "fp32"):
         for st, s in (("none", sn), ("all", sa)):
             if f"{arm}-{st}" in rate:
-                tot += s / (len(rate) * rate[f"{arm}-{st}"])
-    return tot
+                g = 1 if NGPU == 2 and st == "all" else 0
+                per_gpu[g] = per_gpu.get(g, 0) + s / (len(rate) / NGPU * rate[f"{arm}-{st}"])
+    return max(per_gpu.values(), default=0)
 sn = 3000
 while sn > 400 and work(sn, min(2000, round(0.75 * sn / 50) * 50)) > avail:
     sn -= 50
@@ -92,7 +98,8 @@ EOF
   # 3. the six runs, side by side; a run that dies is resumed once from its last checkpoint
   for stress in none all; do for arm in fa3 gproj fp32; do
     S=$SN; [ $stress = all ] && S=$SA
-    ( A="--arm $arm --stress $stress --steps $S --workdir $W --ckpt-dir /tmp/ckpt-$arm-$stress --deadline $D --time-budget-s 100000 --tqdm off ${PT_EXTRA:-}"
+    ( export CUDA_VISIBLE_DEVICES=$(gpu_of $stress)
+      A="--arm $arm --stress $stress --steps $S --workdir $W --ckpt-dir /tmp/ckpt-$arm-$stress --deadline $D --time-budget-s 100000 --tqdm off ${PT_EXTRA:-}"
       timeout $(( D + 45 - $(date +%s) )) python3 bench/pretrain.py $A \
       || { [ $(date +%s) -lt $(( D - 60 )) ] && timeout $(( D + 45 - $(date +%s) )) python3 bench/pretrain.py $A --resume; }
     ) > "$W/$arm-$stress.log" 2>&1 &

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The commands of the two-GPU session (kind nvidia-h200-x2; one `run` each, < 10 minutes), kept
+# so that what was run is on record. Run from the repository root with gproj_cuda's module in
+# place (cp _devbuild/_C.cpython-312-*.so gproj_cuda/) and OUT set:
+#
+#   bash bench/run_x2.sh check numerics ring speed   # command A
+#   PT_GPUS=2 bash bench/run_h200.sh pretrain        # command B: six pretraining arms on 2 GPUs
+set -uo pipefail
+OUT=${OUT:-/tmp/gproj_out}
+mkdir -p "$OUT"
+cd "$(dirname "$0")/.."
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+T0=$(date +%s)
+el() { echo "[$(( $(date +%s) - T0 )) s]"; }
+
+SPEED_SHAPES="--hdims 128 --seqlens 2048,4096,8192,16384 --gqa-seqlens 16384 --varlen-means 4096 --flex-hdims 128"
+
+check() {   # every GPU test, incl. the NCCL ring test and the partial-mode kernels
+  nvidia-smi --query-gpu=index,name,clocks.sm,memory.used --format=csv,noheader
+  # FlexAttention compiles per shape: fill the compile caches in the background meanwhile
+  CUDA_VISIBLE_DEVICES=1 TORCHINDUCTOR_COMPILE_THREADS=8 timeout 400 python3 bench/speed.py \
+    --impls flex --warm-only $SPEED_SHAPES > "$OUT/flexwarm.log" 2>&1 &
+  timeout "${TEST_S:-170}" python3 -m pytest tests/test_gpu.py tests/test_distributed.py -m gpu \
+    -q -p no:cacheprovider -rs > "$OUT/pytest.log" 2>&1
+  echo "$(el) pytest rc=$?: $(tail -n 1 "$OUT/pytest.log")"
+  grep -E "FAILED|Error" "$OUT/pytest.log" | head -20
+}
+
+numerics() {   # the whole SPEC section 5 grid, every backend
+  timeout "${NUM_S:-120}" python3 bench/numerics.py --budget-s 100 --out "$OUT/numerics.json" \
+    --md "$OUT/numerics.md" --plot "$OUT/numerics.png" > "$OUT/numerics.log" 2>&1
+  echo "$(el) numerics rc=$?"
+  grep -E "bar \[|median dQ" "$OUT/numerics.log" | head -20
+}
+
+ring() {   # ring attention scaling on 1 and 2 GPUs, 32k-128k tokens
+  timeout "${RING_S:-170}" python3 bench/ring.py --worlds 1,2 --tokens 32768,65536,131072 \
+    --reps 2 --out "$OUT/ring.json" --md "$OUT/ring.md" --plot "$OUT/ring.png" > "$OUT/ring.log" 2>&1
+  echo "$(el) ring rc=$?"
+  grep -E "check|tok/s|Error|error" "$OUT/ring.log" | head -30
+}
+
+speed() {   # causal tile order (sm90 forward) and FlexAttention, side by side with cuDNN
+  wait   # the flex warm-up
+  echo "$(el) flex warm-up: $(grep -c warmed "$OUT/flexwarm.log") shapes"
+  timeout "${SPEED_S:-150}" python3 bench/speed.py --impls gproj_cuda/gproj,gproj_cuda/fa3,sdpa_cudnn,flex \
+    $SPEED_SHAPES --budget-s 0.2 --pause 0.1 --out "$OUT/speed_x2.json" --md "$OUT/speed_x2.md" > "$OUT/speed_x2.log" 2>&1
+  echo "$(el) speed rc=$?"
+  tail -n 25 "$OUT/speed_x2.md" 2>/dev/null
+}
+
+for step in "$@"; do "$step"; done
+echo "$(el) all done"

@@ -49,7 +49,9 @@ pretrain() {
   mkdir -p $P "$W"
   nvidia-smi --query-gpu=name,memory.used --format=csv,noheader
   # 1. probe: all six processes at once for PT_PROBE_S seconds, to measure the shared step rates
+  #    (PT_STEPS="<none> <all>" skips it and sets the steps directly)
   for stress in none all; do for arm in fa3 gproj fp32; do
+    [ -n "${PT_STEPS:-}" ] && continue
     CUDA_VISIBLE_DEVICES=$(gpu_of $stress) \
     python3 bench/pretrain.py --arm $arm --stress $stress --steps 5000 --log-every 10 \
       --eval-every 100000 --ckpt-every 0 --time-budget-s "${PT_PROBE_S:-45}" --workdir $P \
@@ -59,7 +61,8 @@ pretrain() {
   echo "$(el) probe done"
   # 2. steps per setting: the six processes share the GPU's time; their total GPU work
   #    (sum of steps / (processes x shared rate)) must fit 75% of what is left before the deadline
-  read SN SA < <(python3 - "$P" "$D" "${PT_GPUS:-1}" <<'EOF'
+  [ -n "${PT_STEPS:-}" ] && read SN SA <<< "$PT_STEPS"
+  [ -z "${PT_STEPS:-}" ] && read SN SA < <(python3 - "$P" "$D" "${PT_GPUS:-1}" <<'EOF'
 import json, glob, sys, time, os
 P, D, NGPU = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
 rate = {}

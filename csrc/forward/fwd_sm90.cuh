@@ -142,11 +142,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   using PipelineState = typename Traits::PipelineState;
   const AttnParams& p = prm.p;
 
-  // Causal / right-bounded masks: the last query tiles see the most keys. Blocks are handed
-  // to SMs in index order, so issue them longest first within each head (the head's K/V stay
-  // shared in L2 by its concurrently running tiles); the short tiles then fill the tail.
-  const int m_block = p.window_right >= 0 ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
-  const int h = blockIdx.y, b = blockIdx.z;
+  const int m_block = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const SeqBounds seq(p, b);
   const int m0 = m_block * kBlockM;
   if (m0 >= seq.nq) return;  // uniform for the block, before any barrier

@@ -11,8 +11,9 @@ PREFIX_sumdk.png (|sum_j dK_j| / sum_j ||dK_j|| of the arm's dK; dotted: the FP3
 on the same tensors; grey: the BF16 rounding floor), PREFIX_dq_err.png (median per-row relative
 dQ error of the arm vs float64; dotted: FP32 recomputation) and PREFIX_all.png (the five panels
 together). Per-layer statistics are reduced over layers with --layer (default max: the worst
-layer at each step; mean, or a layer index). Colours: fa3 red, gproj blue, fp32 black; line
-style by stress preset.
+layer at each step; mean, median, or a layer index; median is the robust choice when a few
+layers' attention is saturated and their per-row errors are undefined, as in --stress all).
+Colours: fa3 red, gproj blue, fp32 black; line style by stress preset.
 """
 
 from __future__ import annotations
@@ -50,12 +51,16 @@ def _num(x):
 
 def layer_value(rec, key, how):
     vals = [_num(L.get(key)) for L in rec.get("layers") or []]
-    if how not in ("max", "mean"):
+    if how not in ("max", "mean", "median"):
         i = int(how)
         return vals[i] if i < len(vals) else math.nan
     vals = [v for v in vals if not math.isnan(v)]
     if not vals:
         return math.nan
+    if how == "median":
+        vals = sorted(vals)
+        n = len(vals)
+        return vals[n // 2] if n % 2 else 0.5 * (vals[n // 2 - 1] + vals[n // 2])
     return max(vals) if how == "max" else sum(vals) / len(vals)
 
 
@@ -75,7 +80,7 @@ def _style(run):
 
 
 def draw(ax, panel, runs, how):
-    lay = "" if how == "max" else (" (mean over layers)" if how == "mean" else f" (layer {how})")
+    lay = (f" ({how} over layers)" if how in ("mean", "median") else f" (layer {how})")
     lay = " (max over layers)" if how == "max" else lay
     positive = True
     for run in runs:
@@ -171,13 +176,14 @@ def main(argv=None):
                                         "unless --out-dir")
     ap.add_argument("--out-dir", help="where the PNGs go (default: the first log's folder)")
     ap.add_argument("--prefix", default="pretrain")
-    ap.add_argument("--layer", default="max", help="max, mean or a layer index (default max)")
+    ap.add_argument("--layer", default="max",
+                    help="max, mean, median or a layer index (default max)")
     args = ap.parse_args(argv)
     sources = list(args.logs) + ([args.smoke_dir] if args.smoke_dir else [])
     if not sources:
         ap.error("give log files or folders (or --smoke-dir)")
-    if args.layer not in ("max", "mean") and not args.layer.isdigit():
-        ap.error("--layer must be max, mean or a layer index")
+    if args.layer not in ("max", "mean", "median") and not args.layer.isdigit():
+        ap.error("--layer must be max, mean, median or a layer index")
     paths = []
     for s in sources:
         paths += sorted(glob.glob(os.path.join(s, "*.jsonl"))) if os.path.isdir(s) else [s]

@@ -288,11 +288,14 @@ def test_cuda_graph_capture_and_replay():
 @pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "fp16"])
 @pytest.mark.parametrize("d", HDIMS)
 @pytest.mark.parametrize("numerics", ["gproj", "fa3"])
-def test_hopper_forward_matches_mma_sync_oracle(dtype, d, numerics, monkeypatch):
+@pytest.mark.parametrize("variant", ["0", "1", "2"], ids=["default", "pingpong", "pingpong176"])
+def test_hopper_forward_matches_mma_sync_oracle(dtype, d, numerics, variant, monkeypatch):
     """The sm_90a forward (TMA + WGMMA) against the mma.sync kernel it replaces: both within the
-    emulator's error of float64, on causal, windowed and varlen problems."""
+    emulator's error of float64, on causal, windowed and varlen problems; every tile variant
+    (GPROJ_FWD_VARIANT)."""
     if torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("needs a Hopper GPU")
+    monkeypatch.setenv("GPROJ_FWD_VARIANT", variant)
     g = torch.Generator(device=DEV).manual_seed(d + 3)
     q, do = rand(2, 1000, 4, d, dtype=dtype, g=g), rand(2, 1000, 4, d, dtype=dtype, g=g)
     k, v = rand(2, 700, 2, d, dtype=dtype, g=g, scale=2) + 3, rand(2, 700, 2, d, dtype=dtype, g=g)

@@ -40,13 +40,29 @@ inline bool force_sm80() {
   return v != nullptr && v[0] == '1';
 }
 
+// GPROJ_FWD_VARIANT=1 (pingpong) / 2 (pingpong, kBlockN 176 at d=128): experimental sm90
+// forward variants for A/B measurements (fwd_sm90.cuh, FwdTiles); 0 or unset: the default.
+inline int fwd_variant() {
+  const char* v = std::getenv("GPROJ_FWD_VARIANT");
+  return (v != nullptr && (v[0] == '1' || v[0] == '2')) ? v[0] - '0' : 0;
+}
+
+template <typename T, int D, int V>
+void forward_sm90(const AttnParams& p) {
+  if (p.numerics == int(Numerics::kGProj)) {
+    sm90::run_forward<T, D, true, V>(p, p.total_q, p.total_k);
+  } else {
+    sm90::run_forward<T, D, false, V>(p, p.total_q, p.total_k);
+  }
+}
+
 template <typename T, int D>
 void forward_impl(const AttnParams& p) {
   if (p.arch >= 90 && !force_sm80()) {
-    if (p.numerics == int(Numerics::kGProj)) {
-      sm90::run_forward<T, D, true>(p, p.total_q, p.total_k);
-    } else {
-      sm90::run_forward<T, D, false>(p, p.total_q, p.total_k);
+    switch (fwd_variant()) {
+      case 1: forward_sm90<T, D, 1>(p); break;
+      case 2: forward_sm90<T, D, 2>(p); break;
+      default: forward_sm90<T, D, 0>(p);
     }
     return;
   }

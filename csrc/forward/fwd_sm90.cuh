@@ -33,12 +33,15 @@ template <typename T> struct CuteElement;
 template <> struct CuteElement<bf16> { using type = cutlass::bfloat16_t; };
 template <> struct CuteElement<fp16> { using type = cutlass::half_t; };
 
-template <typename T_, int kHeadDim_, int kBlockN_, int kStages_>
+template <typename T_, int kHeadDim_, int kBlockN_, int kStages_, bool kPingpong_>
 struct FwdTraits {
   using T = T_;                                     // CUDA type (global stores)
   using Element = typename CuteElement<T_>::type;   // CuTe type (TMA, GMMA)
   static constexpr int kHeadDim = kHeadDim_, kBlockM = 128, kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
+  // Pingpong: the two consumer warpgroups take turns issuing their GEMMs (named barriers), so
+  // one's softmax runs while the other's GEMMs occupy the tensor cores.
+  static constexpr bool kPingpong = kPingpong_;
   static constexpr int kNumMmaWarpGroups = 2;
   static constexpr int kNumMmaThreads = kNumMmaWarpGroups * 128;
   static constexpr int kNumThreads = kNumMmaThreads + 128;
@@ -114,6 +117,17 @@ __device__ __forceinline__ auto acc_to_a_layout(L l) {
   auto split = logical_divide(get<0, 2>(l), Tile<_2>{});
   return make_layout(make_layout(get<0, 0>(l), get<0, 1>(l), get<0, 0>(split)), get<1>(l),
                      coalesce(make_layout(get<0, 1>(split), get<2>(l))));
+}
+
+// Pingpong turn-taking between the two consumer warpgroups (named barriers 8 and 9; 0 is
+// __syncthreads, CUTLASS reserves the low ids). Warpgroup w waits for its turn on barrier 8 + w,
+// issues its GEMMs, then hands the turn to the other one: bar.arrive on the other's barrier.
+// Each barrier completes when 256 threads have arrived (128 waiting + 128 arriving).
+__device__ __forceinline__ void turn_wait(int consumer) {
+  asm volatile("bar.sync %0, 256;\n" ::"r"(8 + consumer) : "memory");
+}
+__device__ __forceinline__ void turn_pass(int consumer) {
+  asm volatile("bar.arrive %0, 256;\n" ::"r"(8 + (consumer ^ 1)) : "memory");
 }
 
 // One WGMMA batch: C (+)= A B over the k mode, committed, not waited.
@@ -297,7 +311,16 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     Tensor tSrS = partition_fragment_C(mma_qk, select<0, 1>(typename Traits::TileShape{}));
     Tensor tOrP = make_tensor_like<Element>(tSrS);
     Tensor tOrPa = make_tensor(tOrP.data(), acc_to_a_layout(tSrS.layout()));
+    const int consumer = wg - 1;
+    // Pingpong: consumer 0 takes the first turn; every turn below is a wait/pass pair, the same
+    // number in both warpgroups (same key tiles), and consumer 0's extra wait at the end
+    // consumes consumer 1's last pass, so no barrier is left half-arrived.
+    if constexpr (Traits::kPingpong) {
+      if (consumer == 1) turn_pass(consumer);
+      turn_wait(consumer);
+    }
     issue_s(tSrS, rd_k);
+    if constexpr (Traits::kPingpong) turn_pass(consumer);
     warpgroup_wait<0>();
     pipe_k.consumer_release(rd_k);
     ++rd_k;
@@ -306,9 +329,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     // Steady state: S of the next tile and P.V of this one in flight together; the softmax of
     // the next tile runs while the tensor cores finish P.V (intra-warpgroup overlap).
     for (int nb = nb_max - 2; nb >= nb_min; --nb) {
+      if constexpr (Traits::kPingpong) turn_wait(consumer);
       issue_s(tSrS, rd_k);
       pipe_v.consumer_wait(rd_v);
       wg_gemm<false>(mma_pv, tOrPa, tOrV(_, _, _, rd_v.index()), tOrO);
+      if constexpr (Traits::kPingpong) turn_pass(consumer);
       warpgroup_wait<1>();  // S done (P.V may still run)
       pipe_k.consumer_release(rd_k);
       ++rd_k;
@@ -319,8 +344,13 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       rescale_o();
       to_p(tSrS, tOrP);
     }
+    if constexpr (Traits::kPingpong) turn_wait(consumer);
     pipe_v.consumer_wait(rd_v);
     wg_gemm<false>(mma_pv, tOrPa, tOrV(_, _, _, rd_v.index()), tOrO);
+    if constexpr (Traits::kPingpong) {
+      turn_pass(consumer);
+      if (consumer == 0) turn_wait(consumer);
+    }
     warpgroup_wait<0>();
     pipe_v.consumer_release(rd_v);
   }
@@ -371,14 +401,18 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 #endif
 }
 
-template <int kHeadDim> struct FwdTiles;
-template <> struct FwdTiles<64> { static constexpr int kBlockN = 128, kStages = 2; };
-template <> struct FwdTiles<128> { static constexpr int kBlockN = 128, kStages = 2; };
-template <> struct FwdTiles<256> { static constexpr int kBlockN = 64, kStages = 2; };
+// Tile shapes per head dim. Variant 0 is the measured default; variants 1 (pingpong) and 2
+// (pingpong, kBlockN 176 at d=128 as FA3 uses) are selected with GPROJ_FWD_VARIANT=1/2 for
+// A/B runs until measurements decide (bench/NOTES.md).
+template <int kHeadDim, int kVariant> struct FwdTiles;
+template <int V> struct FwdTiles<64, V> { static constexpr int kBlockN = 128, kStages = 2; };
+template <int V> struct FwdTiles<128, V> { static constexpr int kBlockN = V == 2 ? 176 : 128, kStages = 2; };
+template <int V> struct FwdTiles<256, V> { static constexpr int kBlockN = 64, kStages = 2; };
 
-template <typename T, int kHeadDim, bool kGProj>
+template <typename T, int kHeadDim, bool kGProj, int kVariant = 0>
 void run_forward(const AttnParams& p, int total_q, int total_k) {
-  using Traits = FwdTraits<T, kHeadDim, FwdTiles<kHeadDim>::kBlockN, FwdTiles<kHeadDim>::kStages>;
+  using Tiles = FwdTiles<kHeadDim, kVariant>;
+  using Traits = FwdTraits<T, kHeadDim, Tiles::kBlockN, Tiles::kStages, (kVariant > 0)>;
   using Element = typename Traits::Element;
   const bool varlen = p.cu_seqlens_q != 0;
   FwdKernelParams<Traits> prm;

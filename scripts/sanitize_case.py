@@ -1,22 +1,55 @@
-"""Small shapes through every kernel, for compute-sanitizer (memcheck / racecheck)."""
+"""Small shapes through every kernel, for compute-sanitizer (memcheck / racecheck): both numerics
+modes, every dtype and head dim, masks, varlen, the sm90 forward variants (GPROJ_FWD_VARIANT) and
+the partial passes of context parallelism (gproj_cuda.chunks, with a moved causal diagonal)."""
+import os
+
 import torch
 
 import gproj_cuda
+from gproj_cuda import chunks
+from gproj_cuda.centering import center_keys, key_shift
 
 torch.manual_seed(0)
-for dtype in (torch.bfloat16, torch.float16):
-    for d in (64, 128, 256):
-        for numerics in ("gproj", "fa3"):
-            for causal in (False, True):
-                q = torch.randn(2, 77, 4, d, device="cuda", dtype=dtype, requires_grad=True)
-                k = torch.randn(2, 45, 2, d, device="cuda", dtype=dtype, requires_grad=True)
-                v = torch.randn(2, 45, 2, d, device="cuda", dtype=dtype, requires_grad=True)
-                o = gproj_cuda.attention(q, k, v, causal=causal, numerics=numerics,
-                                         window_size=(30, -1))
-                o.backward(torch.randn_like(o))
+for variant in ("0", "1", "2"):
+    os.environ["GPROJ_FWD_VARIANT"] = variant
+    for dtype in (torch.bfloat16, torch.float16):
+        for d in (64, 128, 256):
+            for numerics in ("gproj", "fa3"):
+                for causal in (False, True):
+                    if variant != "0" and not causal:
+                        continue   # the variants only change the forward: one mask is enough
+                    q = torch.randn(2, 77, 4, d, device="cuda", dtype=dtype, requires_grad=True)
+                    k = torch.randn(2, 45, 2, d, device="cuda", dtype=dtype, requires_grad=True)
+                    v = torch.randn(2, 45, 2, d, device="cuda", dtype=dtype, requires_grad=True)
+                    o = gproj_cuda.attention(q, k, v, causal=causal, numerics=numerics,
+                                             window_size=(30, -1))
+                    o.backward(torch.randn_like(o))
+os.environ["GPROJ_FWD_VARIANT"] = "0"
 cu = torch.tensor([0, 5, 5, 70], dtype=torch.int32, device="cuda")
 q = torch.randn(70, 2, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
 o = gproj_cuda.attention_varlen(q, q, q, cu, cu, 65, 65, causal=True)
 o.backward(torch.randn_like(o))
+
+# Partial passes (ring attention's chunks): a query chunk of 40 rows against a key chunk of 56,
+# diagonal moved both ways, fp32 chunk outputs, fp32/fp64 accumulators.
+f32 = dict(dtype=torch.float32, device="cuda")
+for d in (64, 128, 256):
+    for numerics in ("gproj", "fa3"):
+        for shift in (-20, 9):
+            q = torch.randn(1, 40, 4, d, device="cuda", dtype=torch.bfloat16)
+            k = torch.randn(1, 56, 2, d, device="cuda", dtype=torch.bfloat16)
+            v, do = torch.randn_like(k), torch.randn_like(q)
+            kc = center_keys(k)[0] if numerics == "gproj" else k
+            kw = dict(softmax_scale=d ** -0.5, numerics=numerics, causal=True, diag_shift=shift)
+            o32, st = chunks.forward_chunk(q, kc, v, **kw)
+            out = o32.to(q.dtype)
+            dq_acc, pk_acc = torch.zeros(q.shape, **f32), torch.zeros(q.shape, **f32)
+            rs_acc = torch.zeros(st.shape, dtype=torch.float64, device="cuda")
+            rowstate = torch.zeros(st.shape[:-1] + (4,), **f32)
+            chunks.backward_dq_chunk(do, q, kc, v, out, st, rowstate, dq_acc, pk_acc, rs_acc, **kw)
+            chunks.finish_dq(dq_acc, pk_acc, rs_acc, rowstate, d ** -0.5, numerics, q.dtype)
+            dk_acc, dv_acc = torch.zeros(k.shape, **f32), torch.zeros(k.shape, **f32)
+            chunks.backward_dkdv_chunk(do, q, kc, v, st, rowstate, key_shift(q), dk_acc, dv_acc,
+                                       **kw)
 torch.cuda.synchronize()
 print("sanitize case done")

@@ -5,6 +5,8 @@
 #
 #   bash bench/run_x2.sh check numerics ring speed   # command A
 #   PT_GPUS=2 bash bench/run_h200.sh pretrain        # command B: six pretraining arms on 2 GPUs
+#   bash bench/run_x2.sh sanitize variants           # next: sanitizers, sm90 forward variants A/B
+# (sanitize and variants use one GPU: they run on nvidia-h200 as well)
 set -uo pipefail
 OUT=${OUT:-/tmp/gproj_out}
 mkdir -p "$OUT"
@@ -47,6 +49,24 @@ speed() {   # causal tile order (sm90 forward) and FlexAttention, side by side w
     $SPEED_SHAPES --budget-s 0.2 --pause 0.1 --out "$OUT/speed_x2.json" --md "$OUT/speed_x2.md" > "$OUT/speed_x2.log" 2>&1
   echo "$(el) speed rc=$?"
   tail -n 25 "$OUT/speed_x2.md" 2>/dev/null
+}
+
+sanitize() {   # compute-sanitizer on small shapes through every kernel (scripts/sanitize_case.py)
+  for tool in memcheck racecheck; do
+    timeout "${SAN_S:-240}" compute-sanitizer --tool $tool --print-limit 5 python3 scripts/sanitize_case.py \
+      > "$OUT/sanitize_$tool.log" 2>&1
+    echo "$(el) compute-sanitizer $tool: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_$tool.log" | tail -1)"
+  done
+}
+
+variants() {   # sm90 forward variants (GPROJ_FWD_VARIANT 0/1/2) side by side with cuDNN, forward only
+  for V in 0 1 2; do
+    GPROJ_FWD_VARIANT=$V timeout "${VAR_S:-100}" python3 bench/speed.py \
+      --impls gproj_cuda/gproj,gproj_cuda/fa3,sdpa_cudnn --ops fwd --hdims 64,128,256 \
+      --seqlens 2048,4096,8192,16384 --gqa-seqlens '' --varlen-means '' --budget-s 0.2 --pause 0.05 \
+      --out "$OUT/fwd_variant$V.json" --md "$OUT/fwd_variant$V.md" > "$OUT/fwd_variant$V.log" 2>&1
+    echo "$(el) variant $V rc=$?"
+  done
 }
 
 for step in "$@"; do "$step"; done

@@ -7,6 +7,8 @@ Environment variables (all optional):
   GPROJ_BUILD_JOBS    parallel compile jobs (default: number of CPUs)
   GPROJ_SKIP_CUDA=1   install the pure-Python parts only (reference, emulator, study)
   GPROJ_PTXAS_VERBOSE=1  print per-kernel registers / spills while compiling
+  GPROJ_FWD_VARIANTS=0   leave out the experimental Hopper forward variants (GPROJ_FWD_VARIANT
+                         at run time); a faster build, same default kernel
 Without nvcc the install still succeeds with the pure-Python parts and says so;
 gproj_cuda.is_available() then explains why the kernels are missing.
 """
@@ -128,6 +130,7 @@ class CMakeBuild(build_ext):
             "-DGPROJ_DTYPES=" + ";".join(dtypes),
             "-DGPROJ_CUDA_ARCHS=" + ";".join(archs),
             "-DGPROJ_PTXAS_VERBOSE=" + ("ON" if os.environ.get("GPROJ_PTXAS_VERBOSE") == "1" else "OFF"),
+            "-DGPROJ_FWD_VARIANTS=" + ("OFF" if os.environ.get("GPROJ_FWD_VARIANTS") == "0" else "ON"),
         ]
         if cutlass:
             args.append(f"-DGPROJ_CUTLASS_INCLUDE={cutlass}")

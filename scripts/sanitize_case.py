@@ -10,7 +10,7 @@ from gproj_cuda import chunks
 from gproj_cuda.centering import center_keys, key_shift
 
 torch.manual_seed(0)
-for variant in ("0", "1", "2"):
+for variant in ("0", "1", "2", "3", "4"):
     os.environ["GPROJ_FWD_VARIANT"] = variant
     for dtype in (torch.bfloat16, torch.float16):
         for d in (64, 128, 256):

@@ -40,11 +40,16 @@ inline bool force_sm80() {
   return v != nullptr && v[0] == '1';
 }
 
-// GPROJ_FWD_VARIANT=1 (pingpong) / 2 (pingpong, kBlockN 176 at d=128): experimental sm90
-// forward variants for A/B measurements (fwd_sm90.cuh, FwdTiles); 0 or unset: the default.
+// GPROJ_FWD_VARIANT=1..4: experimental sm90 forward variants for A/B measurements
+// (fwd_sm90.cuh, FwdTiles: pingpong, kBlockN 176, persistent); 0 or unset: the default.
+// Built with GPROJ_FWD_VARIANTS=OFF (GPROJ_NO_FWD_VARIANTS) only the default exists.
 inline int fwd_variant() {
+#ifdef GPROJ_NO_FWD_VARIANTS
+  return 0;
+#else
   const char* v = std::getenv("GPROJ_FWD_VARIANT");
-  return (v != nullptr && (v[0] == '1' || v[0] == '2')) ? v[0] - '0' : 0;
+  return (v != nullptr && v[0] >= '1' && v[0] <= '4' && v[1] == '\0') ? v[0] - '0' : 0;
+#endif
 }
 
 template <typename T, int D, int V>
@@ -59,11 +64,16 @@ void forward_sm90(const AttnParams& p) {
 template <typename T, int D>
 void forward_impl(const AttnParams& p) {
   if (p.arch >= 90 && !force_sm80()) {
+#ifndef GPROJ_NO_FWD_VARIANTS
     switch (fwd_variant()) {
-      case 1: forward_sm90<T, D, 1>(p); break;
-      case 2: forward_sm90<T, D, 2>(p); break;
-      default: forward_sm90<T, D, 0>(p);
+      case 1: forward_sm90<T, D, 1>(p); return;
+      case 2: forward_sm90<T, D, 2>(p); return;
+      case 3: forward_sm90<T, D, 3>(p); return;
+      case 4: forward_sm90<T, D, 4>(p); return;
+      default: break;
     }
+#endif
+    forward_sm90<T, D, 0>(p);
     return;
   }
   using Cfg = FwdConfig<T, D, Tiles<D>::f[0], Tiles<D>::f[1]>;

@@ -12,6 +12,8 @@
 //   fa3:   p = exp2(fma(s, c, -m * c)), FlashAttention-3's form.
 #pragma once
 
+#include <algorithm>
+
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
@@ -33,7 +35,8 @@ template <typename T> struct CuteElement;
 template <> struct CuteElement<bf16> { using type = cutlass::bfloat16_t; };
 template <> struct CuteElement<fp16> { using type = cutlass::half_t; };
 
-template <typename T_, int kHeadDim_, int kBlockN_, int kStages_, bool kPingpong_>
+template <typename T_, int kHeadDim_, int kBlockN_, int kStages_, bool kPingpong_,
+          bool kPersistent_>
 struct FwdTraits {
   using T = T_;                                     // CUDA type (global stores)
   using Element = typename CuteElement<T_>::type;   // CuTe type (TMA, GMMA)
@@ -42,6 +45,10 @@ struct FwdTraits {
   // Pingpong: the two consumer warpgroups take turns issuing their GEMMs (named barriers), so
   // one's softmax runs while the other's GEMMs occupy the tensor cores.
   static constexpr bool kPingpong = kPingpong_;
+  // Persistent: one block per SM loops over query tiles (longest first for causal masks, heads
+  // grouped so that their K/V stay in L2); with two Q buffers the next tile's Q and K/V load
+  // while this tile's last P.V and epilogue run.
+  static constexpr bool kPersistent = kPersistent_;
   static constexpr int kNumMmaWarpGroups = 2;
   static constexpr int kNumMmaThreads = kNumMmaWarpGroups * 128;
   static constexpr int kNumThreads = kNumMmaThreads + 128;
@@ -72,11 +79,16 @@ struct FwdTraits {
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = typename Pipeline::PipelineState;
 
+  static constexpr int kQBytes = cute::cosize_v<SmemLayoutQ> * int(sizeof(Element));
+  static constexpr int kKVBytes = 2 * cute::cosize_v<SmemLayoutK> * int(sizeof(Element));
+  static constexpr int kQBuffers = (kPersistent && 2 * kQBytes + kKVBytes <= 220 * 1024) ? 2 : 1;
+
   struct SharedStorage {
-    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
+    cute::array_aligned<Element, kQBuffers * cute::cosize_v<SmemLayoutQ>, 1024> q;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> v;
-    alignas(16) cutlass::arch::ClusterTransactionBarrier barrier_q;
+    alignas(16) cutlass::arch::ClusterTransactionBarrier barrier_q[kQBuffers];  // Q loaded
+    alignas(16) cutlass::arch::ClusterBarrier q_empty[kQBuffers];  // consumers done with Q
     alignas(16) typename Pipeline::SharedStorage pipe_k;
     alignas(16) typename Pipeline::SharedStorage pipe_v;
   };
@@ -99,6 +111,8 @@ struct FwdKernelParams {
   typename Traits::TmaKV tma_k;
   typename Traits::TmaKV tma_v;
   int rows_q, rows_k, batch_q;  // extents of the TMA tensors (varlen: packed rows, batch 1)
+  int num_m_blocks;             // query tiles per (sequence, head) (longest sequence)
+  int sched_group;              // persistent: (sequence, head) pairs scheduled together
   AttnParams p;
 };
 
@@ -145,6 +159,22 @@ __device__ __forceinline__ void wg_gemm(Mma& mma, TA const& a, TB const& b, TC& 
   warpgroup_fence_operand(c);
 }
 
+// Query tile t of the persistent schedule -> (m_block, head, batch). Groups of G (sequence, head)
+// pairs are processed one after another (G chosen on the host so their K/V fit in L2); inside a
+// group the tiles go by query block, longest first under a causal mask, across the group's pairs.
+struct TileCoord {
+  int m_block, h, b;
+};
+__device__ __forceinline__ TileCoord decode_tile(int t, int num_m, int heads, int pairs, int G,
+                                                 bool longest_first) {
+  const int group = t / (G * num_m);
+  const int g = min(G, pairs - group * G);
+  const int r = t - group * G * num_m;
+  const int mi = r / g;
+  const int hb = group * G + r % g;
+  return {longest_first ? num_m - 1 - mi : mi, hb % heads, hb / heads};
+}
+
 template <class Traits, bool kGProj>
 __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     fwd_sm90_kernel(CUTE_GRID_CONSTANT FwdKernelParams<Traits> const prm) {
@@ -156,18 +186,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   using PipelineState = typename Traits::PipelineState;
   const AttnParams& p = prm.p;
 
-  const int m_block = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-  const SeqBounds seq(p, b);
-  const int m0 = m_block * kBlockM;
-  if (m0 >= seq.nq) return;  // uniform for the block, before any barrier
-  const int m_end = min(m0 + kBlockM, seq.nq);
-  const int hk = h / (p.heads / p.heads_k);
-  const Mask mask(seq.nq, seq.nk, p.window_left, p.window_right, p.diag_shift);
-  int n_lo, n_hi;
-  mask.key_range(m0, m_end, n_lo, n_hi);
-  const int nb_min = n_lo / kBlockN;
-  const int nb_max = n_hi > n_lo ? (n_hi + kBlockN - 1) / kBlockN : nb_min;
-
+  constexpr int kQBuf = Traits::kQBuffers;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   auto& ss = *reinterpret_cast<typename Traits::SharedStorage*>(smem_raw);
   const int wg = cutlass::canonical_warp_group_idx();
@@ -176,7 +195,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     cute::prefetch_tma_descriptor(prm.tma_q.get_tma_descriptor());
     cute::prefetch_tma_descriptor(prm.tma_k.get_tma_descriptor());
     cute::prefetch_tma_descriptor(prm.tma_v.get_tma_descriptor());
-    ss.barrier_q.init(1);
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < kQBuf; ++i) {
+      ss.barrier_q[i].init(1);
+      ss.q_empty[i].init(Traits::kNumMmaThreads);
+    }
   }
   typename Pipeline::Params pp;
   pp.transaction_bytes = kBlockN * kHeadDim * int(sizeof(Element));
@@ -187,18 +210,24 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   Pipeline pipe_v(ss.pipe_v, pp, Shape<_1, _1, _1>{});
   __syncthreads();  // barriers initialized before anyone waits on them
 
-  // Global views, shifted to this sequence's first row (varlen) and this head.
-  const int bq = p.cu_seqlens_q ? 0 : b;
-  Tensor mQ = domain_offset(make_coord(seq.q_start, _0{}),
-                            prm.tma_q.get_tma_tensor(make_shape(prm.rows_q, kHeadDim, p.heads,
-                                                                prm.batch_q))(_, _, h, bq));
-  Tensor mK = domain_offset(make_coord(seq.k_start, _0{}),
-                            prm.tma_k.get_tma_tensor(make_shape(prm.rows_k, kHeadDim, p.heads_k,
-                                                                prm.batch_q))(_, _, hk, bq));
-  Tensor mV = domain_offset(make_coord(seq.k_start, _0{}),
-                            prm.tma_v.get_tma_tensor(make_shape(prm.rows_k, kHeadDim, p.heads_k,
-                                                                prm.batch_q))(_, _, hk, bq));
-  Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), typename Traits::SmemLayoutQ{});
+  // The tiles of this block: one (the grid's coordinates), or, persistent, every gridDim.x-th
+  // tile of the schedule. Producer and consumers walk the same sequence and skip the same tiles.
+  const int pairs = p.heads * p.batch;
+  const int num_tiles = Traits::kPersistent ? prm.num_m_blocks * pairs : 1;
+  const int first = Traits::kPersistent ? int(blockIdx.x) : 0;
+  const int stride = Traits::kPersistent ? int(gridDim.x) : 1;
+  auto tile_at = [&](int t) -> TileCoord {
+    if constexpr (Traits::kPersistent) {
+      return decode_tile(t, prm.num_m_blocks, p.heads, pairs, prm.sched_group,
+                         p.window_right >= 0);
+    } else {
+      return {int(blockIdx.x), int(blockIdx.y), int(blockIdx.z)};
+    }
+  };
+  auto q_buffer = [&](int i) {
+    return make_tensor(make_smem_ptr(ss.q.data() + i * cute::cosize_v<typename Traits::SmemLayoutQ>),
+                       typename Traits::SmemLayoutQ{});
+  };
   Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), typename Traits::SmemLayoutK{});
   Tensor sV = make_tensor(make_smem_ptr(ss.v.data()), typename Traits::SmemLayoutK{});
   Tensor sVt = make_tensor(make_smem_ptr(ss.v.data()), typename Traits::SmemLayoutVt{});
@@ -206,25 +235,53 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   if (wg == 0) {
     // ---------------- producer ----------------
     cutlass::arch::warpgroup_reg_dealloc<24>();
-    if (threadIdx.x == 0 && nb_max > nb_min) {
-      Tensor gQ = local_tile(mQ, select<0, 2>(typename Traits::TileShape{}), make_coord(m_block, _0{}));
-      Tensor gK = local_tile(mK, select<1, 2>(typename Traits::TileShape{}), make_coord(_, _0{}));
-      Tensor gV = local_tile(mV, select<1, 2>(typename Traits::TileShape{}), make_coord(_, _0{}));
-      auto [tQg, tQs] = tma_partition(prm.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
-                                      group_modes<0, 2>(gQ));
-      auto [tKg, tKs] = tma_partition(prm.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
-                                      group_modes<0, 2>(gK));
-      auto [tVg, tVs] = tma_partition(prm.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV),
-                                      group_modes<0, 2>(gV));
-      ss.barrier_q.arrive_and_expect_tx(kBlockM * kHeadDim * int(sizeof(Element)));
-      copy(prm.tma_q.with(reinterpret_cast<uint64_t&>(ss.barrier_q), 0), tQg, tQs);
+    if (threadIdx.x == 0) {
       PipelineState wr = cutlass::make_producer_start_state<Pipeline>();
-      for (int nb = nb_max - 1; nb >= nb_min; --nb) {
-        pipe_k.producer_acquire(wr);
-        copy(prm.tma_k.with(*pipe_k.producer_get_barrier(wr), 0), tKg(_, nb), tKs(_, wr.index()));
-        pipe_v.producer_acquire(wr);
-        copy(prm.tma_v.with(*pipe_v.producer_get_barrier(wr), 0), tVg(_, nb), tVs(_, wr.index()));
-        ++wr;
+      int qi = 0;  // tiles whose Q this block has loaded
+      for (int t = first; t < num_tiles; t += stride) {
+        const TileCoord tc = tile_at(t);
+        const SeqBounds seq(p, tc.b);
+        const int m0 = tc.m_block * kBlockM;
+        if (m0 >= seq.nq) continue;
+        const Mask mask(seq.nq, seq.nk, p.window_left, p.window_right, p.diag_shift);
+        int n_lo, n_hi;
+        mask.key_range(m0, min(m0 + kBlockM, seq.nq), n_lo, n_hi);
+        const int nb_min = n_lo / kBlockN;
+        const int nb_max = n_hi > n_lo ? (n_hi + kBlockN - 1) / kBlockN : nb_min;
+        if (nb_max <= nb_min) continue;
+        const int buf = qi % kQBuf;
+        // The buffer's previous tile must be done with it (its epilogue reads Q too).
+        if (qi >= kQBuf) ss.q_empty[buf].wait((qi / kQBuf - 1) & 1);
+        const int hk = tc.h / (p.heads / p.heads_k), bq = p.cu_seqlens_q ? 0 : tc.b;
+        Tensor mQ = domain_offset(make_coord(seq.q_start, _0{}),
+                                  prm.tma_q.get_tma_tensor(make_shape(prm.rows_q, kHeadDim, p.heads,
+                                                                      prm.batch_q))(_, _, tc.h, bq));
+        Tensor mK = domain_offset(make_coord(seq.k_start, _0{}),
+                                  prm.tma_k.get_tma_tensor(make_shape(prm.rows_k, kHeadDim, p.heads_k,
+                                                                      prm.batch_q))(_, _, hk, bq));
+        Tensor mV = domain_offset(make_coord(seq.k_start, _0{}),
+                                  prm.tma_v.get_tma_tensor(make_shape(prm.rows_k, kHeadDim, p.heads_k,
+                                                                      prm.batch_q))(_, _, hk, bq));
+        Tensor sQ = q_buffer(buf);
+        Tensor gQ = local_tile(mQ, select<0, 2>(typename Traits::TileShape{}), make_coord(tc.m_block, _0{}));
+        Tensor gK = local_tile(mK, select<1, 2>(typename Traits::TileShape{}), make_coord(_, _0{}));
+        Tensor gV = local_tile(mV, select<1, 2>(typename Traits::TileShape{}), make_coord(_, _0{}));
+        auto [tQg, tQs] = tma_partition(prm.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
+                                        group_modes<0, 2>(gQ));
+        auto [tKg, tKs] = tma_partition(prm.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
+                                        group_modes<0, 2>(gK));
+        auto [tVg, tVs] = tma_partition(prm.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV),
+                                        group_modes<0, 2>(gV));
+        ss.barrier_q[buf].arrive_and_expect_tx(kBlockM * kHeadDim * int(sizeof(Element)));
+        copy(prm.tma_q.with(reinterpret_cast<uint64_t&>(ss.barrier_q[buf]), 0), tQg, tQs);
+        for (int nb = nb_max - 1; nb >= nb_min; --nb) {
+          pipe_k.producer_acquire(wr);
+          copy(prm.tma_k.with(*pipe_k.producer_get_barrier(wr), 0), tKg(_, nb), tKs(_, wr.index()));
+          pipe_v.producer_acquire(wr);
+          copy(prm.tma_v.with(*pipe_v.producer_get_barrier(wr), 0), tVg(_, nb), tVs(_, wr.index()));
+          ++wr;
+        }
+        ++qi;
       }
     }
     return;
@@ -233,186 +290,224 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   // ---------------- consumers ----------------
   cutlass::arch::warpgroup_reg_alloc<240>();
   const int tid = threadIdx.x - 128;
+  const int consumer = wg - 1;
   typename Traits::TiledMmaQK mma_qk;
   typename Traits::TiledMmaPV mma_pv;
   auto thr_qk = mma_qk.get_thread_slice(tid);
   auto thr_pv = mma_pv.get_thread_slice(tid);
-  Tensor tSrQ = thr_qk.partition_fragment_A(sQ);
   Tensor tSrK = thr_qk.partition_fragment_B(sK);
   Tensor tOrV = thr_pv.partition_fragment_B(sVt);
   Tensor tOrO = partition_fragment_C(mma_pv, select<0, 2>(typename Traits::TileShape{}));
-  clear(tOrO);
   Tensor tScS = thr_qk.partition_C(make_identity_tensor(select<0, 1>(typename Traits::TileShape{})));
   Tensor tOcO = thr_pv.partition_C(make_identity_tensor(select<0, 2>(typename Traits::TileShape{})));
   Tensor o_rc = make_tensor(tOrO.data(), acc_rowcol(tOrO.layout()));
   constexpr int kRows = decltype(size<0>(o_rc))::value;  // 2: rows lane/4 and lane/4 + 8
-
   const float c = p.softmax_scale * 1.4426950408889634f;
-  float row_max[kRows], row_sum[kRows];
-  CUTLASS_PRAGMA_UNROLL
-  for (int r = 0; r < kRows; ++r) row_max[r] = -INFINITY, row_sum[r] = 0.f;
+  PipelineState rd_k, rd_v;  // continue across tiles, as the producer's state does
+  int qi = 0;
 
-  // S of tile nb: issue the GEMM (asynchronous); the caller waits.
-  auto issue_s = [&](auto& tSrS, PipelineState& st) {
-    pipe_k.consumer_wait(st);
-    wg_gemm<true>(mma_qk, tSrQ, tSrK(_, _, _, st.index()), tSrS);
-  };
-  // Mask + online softmax of one S tile, in place (S <- p); returns nothing, records in
-  // `rescale` the factor the O accumulator must be multiplied by before the next P.V.
-  float rescale[kRows];
-  auto softmax = [&](auto& tSrS, int nb) {
-    const int n0 = nb * kBlockN;
-    if (mask.tile_partial(m0, m0 + kBlockM, n0, n0 + kBlockN)) {
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < size(tSrS); ++i) {
-        if (!mask.visible(m0 + get<0>(tScS(i)), n0 + get<1>(tScS(i)))) tSrS(i) = -INFINITY;
-      }
-    }
-    Tensor s_rc = make_tensor(tSrS.data(), acc_rowcol(tSrS.layout()));
+  for (int t = first; t < num_tiles; t += stride) {
+    const TileCoord tc = tile_at(t);
+    const int m_block = tc.m_block, h = tc.h, b = tc.b;
+    const SeqBounds seq(p, b);
+    const int m0 = m_block * kBlockM;
+    if (m0 >= seq.nq) continue;  // uniform for the block
+    const int m_end = min(m0 + kBlockM, seq.nq);
+    const int hk = h / (p.heads / p.heads_k);
+    const Mask mask(seq.nq, seq.nk, p.window_left, p.window_right, p.diag_shift);
+    int n_lo, n_hi;
+    mask.key_range(m0, m_end, n_lo, n_hi);
+    const int nb_min = n_lo / kBlockN;
+    const int nb_max = n_hi > n_lo ? (n_hi + kBlockN - 1) / kBlockN : nb_min;
+    const bool has_keys = nb_max > nb_min;
+    const int buf = qi % kQBuf;
+    Tensor sQ = q_buffer(buf);
+    Tensor tSrQ = thr_qk.partition_fragment_A(sQ);
+    clear(tOrO);
+    float row_max[kRows], row_sum[kRows];
     CUTLASS_PRAGMA_UNROLL
-    for (int r = 0; r < kRows; ++r) {
-      float mx = -INFINITY;
-      CUTLASS_PRAGMA_UNROLL
-      for (int j = 0; j < size<1>(s_rc); ++j) mx = fmaxf(mx, s_rc(r, j));
-      const float m_new = fmaxf(row_max[r], quad_max(mx));
-      const float m_use = m_new == -INFINITY ? 0.f : m_new;  // row sees no key yet: p = 0
-      rescale[r] = exp2_approx((row_max[r] - m_use) * c);
-      row_max[r] = m_new;
-      float sum = 0.f;
-      CUTLASS_PRAGMA_UNROLL
-      for (int j = 0; j < size<1>(s_rc); ++j) {
-        float x;
-        if constexpr (kGProj) {
-          x = exp2_approx((s_rc(r, j) - m_use) * c);       // exact max: exp2(0) = 1
-        } else {
-          x = exp2_approx(fmaf(s_rc(r, j), c, -(m_use * c)));  // FA3's fused form
+    for (int r = 0; r < kRows; ++r) row_max[r] = -INFINITY, row_sum[r] = 0.f;
+    // S of tile nb: issue the GEMM (asynchronous); the caller waits.
+    auto issue_s = [&](auto& tSrS, PipelineState& st) {
+      pipe_k.consumer_wait(st);
+      wg_gemm<true>(mma_qk, tSrQ, tSrK(_, _, _, st.index()), tSrS);
+    };
+    // Mask + online softmax of one S tile, in place (S <- p); returns nothing, records in
+    // `rescale` the factor the O accumulator must be multiplied by before the next P.V.
+    float rescale[kRows];
+    auto softmax = [&](auto& tSrS, int nb) {
+      const int n0 = nb * kBlockN;
+      if (mask.tile_partial(m0, m0 + kBlockM, n0, n0 + kBlockN)) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < size(tSrS); ++i) {
+          if (!mask.visible(m0 + get<0>(tScS(i)), n0 + get<1>(tScS(i)))) tSrS(i) = -INFINITY;
         }
-        s_rc(r, j) = x;
-        sum += x;
       }
-      row_sum[r] = row_sum[r] * rescale[r] + sum;
-    }
-  };
-  auto rescale_o = [&]() {
-    CUTLASS_PRAGMA_UNROLL
-    for (int r = 0; r < kRows; ++r)
+      Tensor s_rc = make_tensor(tSrS.data(), acc_rowcol(tSrS.layout()));
       CUTLASS_PRAGMA_UNROLL
-      for (int j = 0; j < size<1>(o_rc); ++j) o_rc(r, j) *= rescale[r];
-  };
-  // P rounded once into the A operand of the PV GEMM.
-  auto to_p = [&](auto const& tSrS, auto& tOrP) {
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < size(tSrS); ++i) tOrP(i) = static_cast<Element>(tSrS(i));
-  };
+      for (int r = 0; r < kRows; ++r) {
+        float mx = -INFINITY;
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < size<1>(s_rc); ++j) mx = fmaxf(mx, s_rc(r, j));
+        const float m_new = fmaxf(row_max[r], quad_max(mx));
+        const float m_use = m_new == -INFINITY ? 0.f : m_new;  // row sees no key yet: p = 0
+        rescale[r] = exp2_approx((row_max[r] - m_use) * c);
+        row_max[r] = m_new;
+        float sum = 0.f;
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < size<1>(s_rc); ++j) {
+          float x;
+          if constexpr (kGProj) {
+            x = exp2_approx((s_rc(r, j) - m_use) * c);       // exact max: exp2(0) = 1
+          } else {
+            x = exp2_approx(fmaf(s_rc(r, j), c, -(m_use * c)));  // FA3's fused form
+          }
+          s_rc(r, j) = x;
+          sum += x;
+        }
+        row_sum[r] = row_sum[r] * rescale[r] + sum;
+      }
+    };
+    auto rescale_o = [&]() {
+      CUTLASS_PRAGMA_UNROLL
+      for (int r = 0; r < kRows; ++r)
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < size<1>(o_rc); ++j) o_rc(r, j) *= rescale[r];
+    };
+    // P rounded once into the A operand of the PV GEMM.
+    auto to_p = [&](auto const& tSrS, auto& tOrP) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < size(tSrS); ++i) tOrP(i) = static_cast<Element>(tSrS(i));
+    };
 
-  if (nb_max > nb_min) {
-    ss.barrier_q.wait(0);
-    PipelineState rd_k, rd_v;
-    Tensor tSrS = partition_fragment_C(mma_qk, select<0, 1>(typename Traits::TileShape{}));
-    Tensor tOrP = make_tensor_like<Element>(tSrS);
-    Tensor tOrPa = make_tensor(tOrP.data(), acc_to_a_layout(tSrS.layout()));
-    const int consumer = wg - 1;
-    // Pingpong: consumer 0 takes the first turn; every turn below is a wait/pass pair, the same
-    // number in both warpgroups (same key tiles), and consumer 0's extra wait at the end
-    // consumes consumer 1's last pass, so no barrier is left half-arrived.
-    if constexpr (Traits::kPingpong) {
-      if (consumer == 1) turn_pass(consumer);
-      turn_wait(consumer);
-    }
-    issue_s(tSrS, rd_k);
-    if constexpr (Traits::kPingpong) turn_pass(consumer);
-    warpgroup_wait<0>();
-    pipe_k.consumer_release(rd_k);
-    ++rd_k;
-    softmax(tSrS, nb_max - 1);
-    to_p(tSrS, tOrP);
-    // Steady state: S of the next tile and P.V of this one in flight together; the softmax of
-    // the next tile runs while the tensor cores finish P.V (intra-warpgroup overlap).
-    for (int nb = nb_max - 2; nb >= nb_min; --nb) {
-      if constexpr (Traits::kPingpong) turn_wait(consumer);
+    if (has_keys) {
+      ss.barrier_q[buf].wait((qi / kQBuf) & 1);
+      Tensor tSrS = partition_fragment_C(mma_qk, select<0, 1>(typename Traits::TileShape{}));
+      Tensor tOrP = make_tensor_like<Element>(tSrS);
+      Tensor tOrPa = make_tensor(tOrP.data(), acc_to_a_layout(tSrS.layout()));
+      // Pingpong: consumer 0 takes the first turn; every turn below is a wait/pass pair, the same
+      // number in both warpgroups (same key tiles), and consumer 0's extra wait at the end
+      // consumes consumer 1's last pass, so no barrier is left half-arrived.
+      if constexpr (Traits::kPingpong) {
+        if (consumer == 1) turn_pass(consumer);
+        turn_wait(consumer);
+      }
       issue_s(tSrS, rd_k);
-      pipe_v.consumer_wait(rd_v);
-      wg_gemm<false>(mma_pv, tOrPa, tOrV(_, _, _, rd_v.index()), tOrO);
       if constexpr (Traits::kPingpong) turn_pass(consumer);
-      warpgroup_wait<1>();  // S done (P.V may still run)
+      warpgroup_wait<0>();
       pipe_k.consumer_release(rd_k);
       ++rd_k;
-      softmax(tSrS, nb);
-      warpgroup_wait<0>();  // P.V done: O may be rescaled, P overwritten, V released
-      pipe_v.consumer_release(rd_v);
-      ++rd_v;
-      rescale_o();
+      softmax(tSrS, nb_max - 1);
       to_p(tSrS, tOrP);
+      // Steady state: S of the next tile and P.V of this one in flight together; the softmax of
+      // the next tile runs while the tensor cores finish P.V (intra-warpgroup overlap).
+      for (int nb = nb_max - 2; nb >= nb_min; --nb) {
+        if constexpr (Traits::kPingpong) turn_wait(consumer);
+        issue_s(tSrS, rd_k);
+        pipe_v.consumer_wait(rd_v);
+        wg_gemm<false>(mma_pv, tOrPa, tOrV(_, _, _, rd_v.index()), tOrO);
+        if constexpr (Traits::kPingpong) turn_pass(consumer);
+        warpgroup_wait<1>();  // S done (P.V may still run)
+        pipe_k.consumer_release(rd_k);
+        ++rd_k;
+        softmax(tSrS, nb);
+        warpgroup_wait<0>();  // P.V done: O may be rescaled, P overwritten, V released
+        pipe_v.consumer_release(rd_v);
+        ++rd_v;
+        rescale_o();
+        to_p(tSrS, tOrP);
+      }
+      if constexpr (Traits::kPingpong) turn_wait(consumer);
+      pipe_v.consumer_wait(rd_v);
+      wg_gemm<false>(mma_pv, tOrPa, tOrV(_, _, _, rd_v.index()), tOrO);
+      if constexpr (Traits::kPingpong) {
+        turn_pass(consumer);
+        if (consumer == 0) turn_wait(consumer);
+      }
+      warpgroup_wait<0>();
+      pipe_v.consumer_release(rd_v);
     }
-    if constexpr (Traits::kPingpong) turn_wait(consumer);
-    pipe_v.consumer_wait(rd_v);
-    wg_gemm<false>(mma_pv, tOrPa, tOrV(_, _, _, rd_v.index()), tOrO);
-    if constexpr (Traits::kPingpong) {
-      turn_pass(consumer);
-      if (consumer == 0) turn_wait(consumer);
-    }
-    warpgroup_wait<0>();
-    pipe_v.consumer_release(rd_v);
-  }
 
-  // ---------------- epilogue: normalize, store O, LSE and the softmax state ----------------
-  const T* shift = p.k_shift ? reinterpret_cast<const T*>(p.k_shift) +
-                                   (int64_t(b) * p.heads_k + hk) * kHeadDim
-                             : nullptr;
-  const int64_t o_off = b * p.o_stride[0] + int64_t(seq.q_start + m0) * p.o_stride[1] +
-                        h * p.o_stride[2];
-  T* gO = reinterpret_cast<T*>(p.out) + o_off;
-  float* gOf = p.out_f32 ? reinterpret_cast<float*>(p.out_f32) + o_off : nullptr;
-  Tensor oc_rc = make_tensor(tOcO.data(), acc_rowcol(tOcO.layout()));
-  CUTLASS_PRAGMA_UNROLL
-  for (int r = 0; r < kRows; ++r) {
-    const int row = get<0>(oc_rc(r, 0));
-    const float l = quad_sum(row_sum[r]);
-    const float inv = l > 0.f ? 1.f / l : 0.f;
-    float qshift = 0.f;
-    if (shift != nullptr) {  // centered keys: lse gains alpha * (q . shift)
-      for (int d = (tid & 3); d < kHeadDim; d += 4)
-        qshift += static_cast<float>(sQ(row, d)) * to_float(shift[d]);
-      qshift = quad_sum(qshift);
-    }
-    if (m0 + row < m_end) {
-      const int64_t orow = int64_t(row) * p.o_stride[1];
-      CUTLASS_PRAGMA_UNROLL
-      for (int j = 0; j < size<1>(o_rc); j += 2) {
-        const int col = get<1>(oc_rc(r, j));
-        const float o0 = o_rc(r, j) * inv, o1 = o_rc(r, j + 1) * inv;
-        if (gOf) {  // unrounded chunk output (context parallelism merges several)
-          *reinterpret_cast<float2*>(gOf + orow + col) = make_float2(o0, o1);
-        } else {
-          *reinterpret_cast<uint32_t*>(gO + orow + col) = pack2<T>(o0, o1);
+    // ---------------- epilogue: normalize, store O, LSE and the softmax state ----------------
+    const T* shift = p.k_shift ? reinterpret_cast<const T*>(p.k_shift) +
+                                     (int64_t(b) * p.heads_k + hk) * kHeadDim
+                               : nullptr;
+    const int64_t o_off = b * p.o_stride[0] + int64_t(seq.q_start + m0) * p.o_stride[1] +
+                          h * p.o_stride[2];
+    T* gO = reinterpret_cast<T*>(p.out) + o_off;
+    float* gOf = p.out_f32 ? reinterpret_cast<float*>(p.out_f32) + o_off : nullptr;
+    Tensor oc_rc = make_tensor(tOcO.data(), acc_rowcol(tOcO.layout()));
+    CUTLASS_PRAGMA_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      const int row = get<0>(oc_rc(r, 0));
+      const float l = quad_sum(row_sum[r]);
+      const float inv = l > 0.f ? 1.f / l : 0.f;
+      float qshift = 0.f;
+      if (shift != nullptr && has_keys) {  // centered keys: lse gains alpha * (q . shift)
+        for (int d = (tid & 3); d < kHeadDim; d += 4)
+          qshift += static_cast<float>(sQ(row, d)) * to_float(shift[d]);
+        qshift = quad_sum(qshift);
+      }
+      if (m0 + row < m_end) {
+        const int64_t orow = int64_t(row) * p.o_stride[1];
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < size<1>(o_rc); j += 2) {
+          const int col = get<1>(oc_rc(r, j));
+          const float o0 = o_rc(r, j) * inv, o1 = o_rc(r, j + 1) * inv;
+          if (gOf) {  // unrounded chunk output (context parallelism merges several)
+            *reinterpret_cast<float2*>(gOf + orow + col) = make_float2(o0, o1);
+          } else {
+            *reinterpret_cast<uint32_t*>(gO + orow + col) = pack2<T>(o0, o1);
+          }
+        }
+        if ((tid & 3) == 0) {
+          const int64_t idx = rowstat_index(p, b, h, seq.q_start + m0 + row);
+          const bool empty = row_max[r] == -INFINITY;
+          const float log2l = empty ? 0.f : log2f(l);
+          const float m_raw = empty ? INFINITY : row_max[r];
+          reinterpret_cast<float2*>(p.stats)[idx] = make_float2(m_raw, log2l);
+          reinterpret_cast<float*>(p.lse)[idx] =
+              empty ? INFINITY : (m_raw * c + log2l) * 0.6931471805599453f + p.softmax_scale * qshift;
         }
       }
-      if ((tid & 3) == 0) {
-        const int64_t idx = rowstat_index(p, b, h, seq.q_start + m0 + row);
-        const bool empty = row_max[r] == -INFINITY;
-        const float log2l = empty ? 0.f : log2f(l);
-        const float m_raw = empty ? INFINITY : row_max[r];
-        reinterpret_cast<float2*>(p.stats)[idx] = make_float2(m_raw, log2l);
-        reinterpret_cast<float*>(p.lse)[idx] =
-            empty ? INFINITY : (m_raw * c + log2l) * 0.6931471805599453f + p.softmax_scale * qshift;
-      }
+    }
+
+    if (has_keys) {  // Q (GEMMs and the epilogue's q . shift) no longer needed: free the buffer
+      if constexpr (Traits::kPersistent) ss.q_empty[buf].arrive();
+      ++qi;
     }
   }
 #endif
 }
 
-// Tile shapes per head dim. Variant 0 is the measured default; variants 1 (pingpong) and 2
-// (pingpong, kBlockN 176 at d=128 as FA3 uses) are selected with GPROJ_FWD_VARIANT=1/2 for
-// A/B runs until measurements decide (bench/NOTES.md).
+// Tile shapes and schedules. Variant 0 is the measured default; the others are selected with
+// GPROJ_FWD_VARIANT for A/B runs until measurements decide (bench/NOTES.md):
+//   1 pingpong, 2 pingpong + kBlockN 176 at d=128 (as FA3), 3 persistent + pingpong,
+//   4 persistent + pingpong + kBlockN 176 at d=128.
 template <int kHeadDim, int kVariant> struct FwdTiles;
 template <int V> struct FwdTiles<64, V> { static constexpr int kBlockN = 128, kStages = 2; };
-template <int V> struct FwdTiles<128, V> { static constexpr int kBlockN = V == 2 ? 176 : 128, kStages = 2; };
+template <int V> struct FwdTiles<128, V> {
+  static constexpr int kBlockN = (V == 2 || V == 4) ? 176 : 128, kStages = 2;
+};
 template <int V> struct FwdTiles<256, V> { static constexpr int kBlockN = 64, kStages = 2; };
+
+// Device properties the persistent schedule needs (cached per device).
+inline void device_sm_l2(int device, int& sms, int& l2_bytes) {
+  static int cache[64][2] = {};
+  if (device >= 0 && device < 64 && cache[device][0] > 0) {
+    sms = cache[device][0], l2_bytes = cache[device][1];
+    return;
+  }
+  check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "SM count");
+  check_cuda(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device), "L2 size");
+  if (device >= 0 && device < 64) cache[device][0] = sms, cache[device][1] = l2_bytes;
+}
 
 template <typename T, int kHeadDim, bool kGProj, int kVariant = 0>
 void run_forward(const AttnParams& p, int total_q, int total_k) {
   using Tiles = FwdTiles<kHeadDim, kVariant>;
-  using Traits = FwdTraits<T, kHeadDim, Tiles::kBlockN, Tiles::kStages, (kVariant > 0)>;
+  using Traits = FwdTraits<T, kHeadDim, Tiles::kBlockN, Tiles::kStages, (kVariant > 0),
+                           (kVariant >= 3)>;
   using Element = typename Traits::Element;
   const bool varlen = p.cu_seqlens_q != 0;
   FwdKernelParams<Traits> prm;
@@ -435,8 +530,20 @@ void run_forward(const AttnParams& p, int total_q, int total_k) {
                             take<0, 2>(typename Traits::SmemLayoutK{}), select<1, 2>(typename Traits::TileShape{}), _1{});
   auto kernel = fwd_sm90_kernel<Traits, kGProj>;
   const int smem = Traits::kSmemBytes;
-  const dim3 grid((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.heads, p.batch);
+  prm.num_m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
+  dim3 grid(prm.num_m_blocks, p.heads, p.batch);
   if (grid.x == 0) return;
+  prm.sched_group = 1;
+  if constexpr (Traits::kPersistent) {
+    int sms = 0, l2 = 0;
+    device_sm_l2(p.device, sms, l2);
+    const int64_t tiles = int64_t(prm.num_m_blocks) * p.heads * p.batch;
+    grid = dim3(unsigned(std::min<int64_t>(tiles, sms)), 1, 1);
+    // (sequence, head) pairs scheduled together: their K and V within half of L2.
+    const int64_t kv_bytes = 2 * int64_t(std::max(p.seqlen_k, 1)) * kHeadDim * int64_t(sizeof(T));
+    prm.sched_group = int(std::max<int64_t>(1, std::min<int64_t>(int64_t(p.heads) * p.batch,
+                                                                 (l2 / 2) / kv_bytes)));
+  }
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
              "forward (sm90)");
   kernel<<<grid, Traits::kNumThreads, smem, reinterpret_cast<cudaStream_t>(p.stream)>>>(prm);

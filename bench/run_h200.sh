@@ -11,13 +11,7 @@
 # stops by start + this, default 530), PT_PROBE_S (45), PT_EXTRA (extra pretrain.py flags, e.g.
 # --smoke for a CPU check of this script), PT_GPUS (pretrain: 2 puts the default-setting arms on
 # GPU 0 and the stress arms on GPU 1; default 1).
-set -uo pipefail
-OUT=${OUT:-/tmp/gproj_out}
-mkdir -p "$OUT"
-cd "$(dirname "$0")/.."
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-T0=$(date +%s)
-el() { echo "[$(( $(date +%s) - T0 )) s]"; }
+source "$(dirname "$0")/_gpu_env.sh"
 
 speed() {
   nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader

@@ -7,13 +7,7 @@
 #   PT_GPUS=2 bash bench/run_h200.sh pretrain        # command B: six pretraining arms on 2 GPUs
 #   bash bench/run_x2.sh sanitize variants           # next: sanitizers, sm90 forward variants A/B
 # (sanitize and variants use one GPU: they run on nvidia-h200 as well)
-set -uo pipefail
-OUT=${OUT:-/tmp/gproj_out}
-mkdir -p "$OUT"
-cd "$(dirname "$0")/.."
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-T0=$(date +%s)
-el() { echo "[$(( $(date +%s) - T0 )) s]"; }
+source "$(dirname "$0")/_gpu_env.sh"
 
 SPEED_SHAPES="--hdims 128 --seqlens 2048,4096,8192,16384 --gqa-seqlens 16384 --varlen-means 4096 --flex-hdims 128"
 

@@ -332,3 +332,48 @@ def test_cuda_key_centering_equals_reference(dtype, d):
     rkc, rshift = center_keys(kv, cu)
     assert torch.equal(kc, rkc) and torch.equal(shift, rshift)
     assert (shift[1] == 0).all()  # the empty sequence
+
+
+def _rowstate_from(passes, q, k, v, out, stats, do, causal):
+    """rowstate {delta, lambda hi, lambda lo, -} from the mma.sync dQ pass (passes=1) or the
+    Hopper λ pre-pass (passes=4), through the C API on the same centered keys."""
+    from gproj_cuda import _ext
+    from gproj_cuda.ops import _params, _strides3, center_keys_cuda
+    kc, _ = center_keys_cuda(k, None, k.shape[1])
+    p = _params(q, kc, v, None, None, q.shape[1], k.shape[1], q.shape[-1] ** -0.5, -1,
+                0 if causal else -1, "gproj")
+    rowstate = torch.full(stats.shape[:-1] + (4,), float("nan"), device=DEV)
+    p.stats, p.rowstate = stats.data_ptr(), rowstate.data_ptr()
+    p.out, p.o_stride = out.data_ptr(), _strides3(out, False)
+    p.dout, p.do_stride = do.data_ptr(), _strides3(do, False)
+    p.backward_passes = passes
+    dq = torch.empty_like(q)
+    p.dq, p.dq_stride = dq.data_ptr(), _strides3(dq, False)
+    _ext.extension().backward(p)
+    torch.cuda.synchronize()
+    return rowstate
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "fp16"])
+@pytest.mark.parametrize("d", HDIMS)
+@pytest.mark.parametrize("causal", [False, True])
+def test_hopper_lambda_prepass_matches_dq_pass(dtype, d, causal):
+    """The first kernel of the planned Hopper backward (csrc/backward/bwd_lambda_sm90.cuh):
+    delta and lambda of every row against the mma.sync dQ pass's. lambda removes a nearly
+    cancelling row sum, so WGMMA vs mma.sync rounding may move it slightly: a gross error
+    (wrong rows, tiles or mask) shows in many rows, which is what this catches."""
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("needs a Hopper GPU")
+    g = torch.Generator(device=DEV).manual_seed(d + 11)
+    q, do = rand(2, 700, 4, d, dtype=dtype, g=g), rand(2, 700, 4, d, dtype=dtype, g=g)
+    k, v = rand(2, 900, 2, d, dtype=dtype, g=g) + 8, rand(2, 900, 2, d, dtype=dtype, g=g)
+    out, _, stats = forward_cuda(q, k, v, None, None, 700, 900, d ** -0.5, -1,
+                                 0 if causal else -1, "gproj")
+    ref = _rowstate_from(1, q, k, v, out, stats, do, causal)
+    got = _rowstate_from(4, q, k, v, out, stats, do, causal)
+    assert torch.isfinite(got[..., :3]).all(), "unwritten rows"
+    torch.testing.assert_close(got[..., 0], ref[..., 0], rtol=1e-4, atol=1e-5)
+    lam_ref = ref[..., 1].double() + ref[..., 2].double()
+    lam_got = got[..., 1].double() + got[..., 2].double()
+    off = (lam_got - lam_ref).abs() > 1e-2 * lam_ref.abs().max()
+    assert off.float().mean() <= 0.01, f"{int(off.sum())} of {off.numel()} rows differ"

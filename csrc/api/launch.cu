@@ -203,7 +203,15 @@ int run_backward(const AttnParams& p, char* err, size_t err_len) {
     const bool varlen = p.cu_seqlens_q != 0;
     require_ptr(p.dout, "dout");
     require_strides(p.do_stride, "dout", varlen);
-    if (p.backward_passes < 1 || p.backward_passes > 3) fail("backward_passes %d: expected 1 (dQ), 2 (dK/dV) or 3 (both)", p.backward_passes);
+    if (p.backward_passes < 1 || p.backward_passes > 4) fail("backward_passes %d: expected 1 (dQ), 2 (dK/dV), 3 (both) or 4 (the Hopper λ pre-pass alone)", p.backward_passes);
+    if (p.backward_passes == 4) {  // experimental: writes rowstate only (bwd_lambda_sm90.cuh)
+      if (p.numerics != int(Numerics::kGProj)) fail("backward_passes 4 (λ pre-pass) needs gproj numerics");
+      if (device_arch(p.device) < 90) fail("backward_passes 4 (λ pre-pass) needs sm_90 (Hopper)");
+      if (p.partial) fail("backward_passes 4 (λ pre-pass) has no partial mode");
+      require_ptr(p.out, "out");
+      require_strides(p.o_stride, "out", varlen);
+      require_ptr(p.rowstate, "rowstate");
+    }
     if (p.partial != 0 && p.partial != 1) fail("partial %d: expected 0 or 1", p.partial);
     const bool gproj = p.numerics == int(Numerics::kGProj);
     const bool pass_dq = p.backward_passes & 1, pass_kv = p.backward_passes & 2;

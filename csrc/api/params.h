@@ -49,7 +49,8 @@ struct AttnParams {
   // Extra shift of the mask's diagonal: query i sits at key position i + (nk - nq) + diag_shift.
   // A query chunk at global position oq against a key chunk at ok: diag_shift = oq - ok - nk + nq.
   int diag_shift = 0;
-  // Backward passes to run: 1 = dQ pass, 2 = dK/dV pass, 3 = both.
+  // Backward passes to run: 1 = dQ pass, 2 = dK/dV pass, 3 = both; 4 = the Hopper λ pre-pass
+  // alone (experimental, writes rowstate; csrc/backward/bwd_lambda_sm90.cuh).
   int backward_passes = 3;
   // 1: the backward passes do not finish the gradients of this (query chunk, key chunk) pair;
   // they ADD fp32 partials into the *_accum buffers (every element owned by one block, chunks

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 #include "../backward/bwd_dkdv_kernel.cuh"
+#include "../backward/bwd_lambda_sm90.cuh"
 #include "../backward/bwd_dq_kernel.cuh"
 #include "../common/cuda_check.h"
 #include "../forward/fwd_kernel.cuh"
@@ -103,6 +104,10 @@ void backward_mode(const AttnParams& p) {
 
 template <typename T, int D>
 void backward_impl(const AttnParams& p) {
+  if (p.backward_passes == 4) {  // the Hopper λ pre-pass alone (validated by run_backward)
+    sm90::run_lambda_prepass<T, D>(p, p.total_q, p.total_k);
+    return;
+  }
   if (p.numerics == int(Numerics::kGProj)) {
     backward_mode<T, D, true>(p);
   } else {

@@ -22,6 +22,7 @@
 #include <cutlass/pipeline/pipeline.hpp>
 
 #include "../api/params.h"
+#include "../common/cuda_check.h"
 #include "../common/device.cuh"
 #include "../common/tile.cuh"
 

@@ -1,0 +1,300 @@
+// GProj's λ pre-pass for Hopper (sm_90a): the first kernel of the planned Hopper backward
+// (bench/NOTES.md, "Plan for the Hopper backward"). NOT yet wired into the backward, NOT yet run
+// on a GPU: `run_lambda_prepass` is reachable only through the C API's backward_passes = 4 so a
+// test can compare its rowstate with the mma.sync dQ pass's.
+//
+// Per query row i: delta_i = Σ_d dO_id O_id, and over every visible key j the row sums of exactly
+// the rounded values the gradient GEMMs will consume, r_i = Σ_j bf16(dS_ij), s_i = Σ_j bf16(P_ij)
+// (fp32 within a key tile, fp64 across tiles: see bwd_dq_kernel.cuh for why), then
+// lambda = r / s as two fp32 parts. Writes rowstate = {delta, lambda hi, lambda lo, 0}.
+//
+// Block = producer warpgroup (TMA: Q and dO once, K and V per key tile through two mbarrier
+// pipelines) + two consumer warpgroups (64 query rows each): S = Q K^T and dP = dO V^T by WGMMA
+// with both operands in shared memory, then P, dS and the row sums in registers. Two of the 9
+// GEMM-equivalents of the planned gproj backward; no output GEMM.
+#pragma once
+
+#include "../backward/bwd_common.cuh"
+#include "../forward/fwd_sm90.cuh"
+
+namespace gproj {
+namespace sm90 {
+
+template <typename T_, int kHeadDim_, int kBlockN_>
+struct LambdaTraits {
+  using T = T_;
+  using Element = typename CuteElement<T_>::type;
+  static constexpr int kHeadDim = kHeadDim_, kBlockM = 128, kBlockN = kBlockN_, kStages = 2;
+  static constexpr int kNumMmaThreads = 256, kNumThreads = kNumMmaThreads + 128;
+  using TileShape = Shape<Int<kBlockM>, Int<kBlockN>, Int<kHeadDim>>;
+  using TiledMma = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kBlockN>, Int<kHeadDim>>>(),
+      Layout<Shape<_2, _1, _1>>{}));
+  using SmemAtomQ = decltype(cutlass::gemm::collective::detail::ss_smem_selector<
+                             GMMA::Major::K, Element, Int<kBlockM>, Int<kHeadDim>>());
+  using SmemLayoutQ = decltype(tile_to_shape(SmemAtomQ{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  using SmemAtomKV = decltype(cutlass::gemm::collective::detail::ss_smem_selector<
+                              GMMA::Major::K, Element, Int<kBlockN>, Int<kHeadDim>>());
+  using SmemLayoutK =
+      decltype(tile_to_shape(SmemAtomKV{}, Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}));
+  using Pipeline = cutlass::PipelineTmaAsync<kStages>;
+  using PipelineState = typename Pipeline::PipelineState;
+
+  struct SharedStorage {
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> dout;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> v;
+    float delta[kBlockM];
+    float2 stats[kBlockM];
+    alignas(16) cutlass::arch::ClusterTransactionBarrier barrier_q;  // Q and dO loaded
+    alignas(16) typename Pipeline::SharedStorage pipe_k;
+    alignas(16) typename Pipeline::SharedStorage pipe_v;
+  };
+  static constexpr int kSmemBytes = int(sizeof(SharedStorage));
+
+  using GmemLayout =
+      Layout<Shape<int32_t, int32_t, int32_t, int32_t>, Stride<int64_t, _1, int64_t, int64_t>>;
+  using TmaQ = decltype(make_tma_copy(
+      SM90_TMA_LOAD{}, make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemLayout{}),
+      SmemLayoutQ{}, select<0, 2>(TileShape{}), _1{}));
+  using TmaKV = decltype(make_tma_copy(
+      SM90_TMA_LOAD{}, make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemLayout{}),
+      take<0, 2>(SmemLayoutK{}), select<1, 2>(TileShape{}), _1{}));
+};
+
+template <class Traits>
+struct LambdaKernelParams {
+  typename Traits::TmaQ tma_q, tma_do;
+  typename Traits::TmaKV tma_k, tma_v;
+  int rows_q, rows_k, batch_q;
+  AttnParams p;
+};
+
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kNumThreads, 1)
+    lambda_sm90_kernel(CUTE_GRID_CONSTANT LambdaKernelParams<Traits> const prm) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  using Element = typename Traits::Element;
+  using T = typename Traits::T;
+  using TG = typename GradGemmType<T, true>::type;  // the values the gradient GEMMs will see
+  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
+  using Pipeline = typename Traits::Pipeline;
+  using PipelineState = typename Traits::PipelineState;
+  const AttnParams& p = prm.p;
+
+  const int m_block = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const SeqBounds seq(p, b);
+  const int m0 = m_block * kBlockM;
+  if (m0 >= seq.nq) return;  // uniform for the block, before any barrier
+  const int m_end = min(m0 + kBlockM, seq.nq);
+  const int hk = h / (p.heads / p.heads_k);
+  const Mask mask(seq.nq, seq.nk, p.window_left, p.window_right, p.diag_shift);
+  int n_lo, n_hi;
+  mask.key_range(m0, m_end, n_lo, n_hi);
+  const int nb_min = n_lo / kBlockN;
+  const int nb_max = n_hi > n_lo ? (n_hi + kBlockN - 1) / kBlockN : nb_min;
+
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  auto& ss = *reinterpret_cast<typename Traits::SharedStorage*>(smem_raw);
+  const int wg = cutlass::canonical_warp_group_idx();
+  if (threadIdx.x == 0) {
+    cute::prefetch_tma_descriptor(prm.tma_q.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(prm.tma_do.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(prm.tma_k.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(prm.tma_v.get_tma_descriptor());
+    ss.barrier_q.init(1);
+  }
+  typename Pipeline::Params pp;
+  pp.transaction_bytes = kBlockN * kHeadDim * int(sizeof(Element));
+  pp.role = wg == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
+  pp.is_leader = threadIdx.x == 0;
+  pp.num_consumers = Traits::kNumMmaThreads;
+  Pipeline pipe_k(ss.pipe_k, pp, Shape<_1, _1, _1>{});
+  Pipeline pipe_v(ss.pipe_v, pp, Shape<_1, _1, _1>{});
+  __syncthreads();
+
+  Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), typename Traits::SmemLayoutQ{});
+  Tensor sDO = make_tensor(make_smem_ptr(ss.dout.data()), typename Traits::SmemLayoutQ{});
+  Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), typename Traits::SmemLayoutK{});
+  Tensor sV = make_tensor(make_smem_ptr(ss.v.data()), typename Traits::SmemLayoutK{});
+  const int bq = p.cu_seqlens_q ? 0 : b;
+
+  if (wg == 0) {
+    // ---------------- producer ----------------
+    cutlass::arch::warpgroup_reg_dealloc<24>();
+    if (threadIdx.x == 0 && nb_max > nb_min) {
+      auto view = [&](auto const& tma, int rows, int heads, int start, int head) {
+        return domain_offset(make_coord(start, _0{}),
+                             tma.get_tma_tensor(make_shape(rows, kHeadDim, heads, prm.batch_q))(
+                                 _, _, head, bq));
+      };
+      Tensor mQ = view(prm.tma_q, prm.rows_q, p.heads, seq.q_start, h);
+      Tensor mDO = view(prm.tma_do, prm.rows_q, p.heads, seq.q_start, h);
+      Tensor mK = view(prm.tma_k, prm.rows_k, p.heads_k, seq.k_start, hk);
+      Tensor mV = view(prm.tma_v, prm.rows_k, p.heads_k, seq.k_start, hk);
+      auto tile_q = select<0, 2>(typename Traits::TileShape{});
+      auto tile_k = select<1, 2>(typename Traits::TileShape{});
+      auto [tQg, tQs] = tma_partition(prm.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
+                                      group_modes<0, 2>(local_tile(mQ, tile_q, make_coord(m_block, _0{}))));
+      auto [tDg, tDs] = tma_partition(prm.tma_do, _0{}, Layout<_1>{}, group_modes<0, 2>(sDO),
+                                      group_modes<0, 2>(local_tile(mDO, tile_q, make_coord(m_block, _0{}))));
+      auto [tKg, tKs] = tma_partition(prm.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
+                                      group_modes<0, 2>(local_tile(mK, tile_k, make_coord(_, _0{}))));
+      auto [tVg, tVs] = tma_partition(prm.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV),
+                                      group_modes<0, 2>(local_tile(mV, tile_k, make_coord(_, _0{}))));
+      ss.barrier_q.arrive_and_expect_tx(2 * kBlockM * kHeadDim * int(sizeof(Element)));
+      copy(prm.tma_q.with(reinterpret_cast<uint64_t&>(ss.barrier_q), 0), tQg, tQs);
+      copy(prm.tma_do.with(reinterpret_cast<uint64_t&>(ss.barrier_q), 0), tDg, tDs);
+      PipelineState wr = cutlass::make_producer_start_state<Pipeline>();
+      for (int nb = nb_max - 1; nb >= nb_min; --nb) {
+        pipe_k.producer_acquire(wr);
+        copy(prm.tma_k.with(*pipe_k.producer_get_barrier(wr), 0), tKg(_, nb), tKs(_, wr.index()));
+        pipe_v.producer_acquire(wr);
+        copy(prm.tma_v.with(*pipe_v.producer_get_barrier(wr), 0), tVg(_, nb), tVs(_, wr.index()));
+        ++wr;
+      }
+    }
+    return;
+  }
+
+  // ---------------- consumers ----------------
+  cutlass::arch::warpgroup_reg_alloc<240>();
+  const int tid = threadIdx.x - 128;
+  const float c = p.softmax_scale * 1.4426950408889634f;
+
+  // delta and the saved softmax state of the tile's rows, into shared memory (2 threads per row;
+  // rows past the end get the state of a row that sees no key).
+  {
+    const int r = tid >> 1, part = tid & 1;
+    float acc = 0.f;
+    if (m0 + r < m_end) {
+      const int64_t row = seq.q_start + m0 + r;
+      const T* orow = reinterpret_cast<const T*>(p.out) + b * p.o_stride[0] + row * p.o_stride[1] +
+                      h * p.o_stride[2];
+      const T* drow = reinterpret_cast<const T*>(p.dout) + b * p.do_stride[0] +
+                      row * p.do_stride[1] + h * p.do_stride[2];
+      for (int d = part; d < kHeadDim; d += 2) acc += to_float(orow[d]) * to_float(drow[d]);
+    }
+    acc += __shfl_xor_sync(0xffffffff, acc, 1);
+    if (part == 0) {
+      ss.delta[r] = acc;
+      ss.stats[r] = m0 + r < m_end
+                        ? reinterpret_cast<const float2*>(p.stats)[rowstat_index(p, b, h, seq.q_start + m0 + r)]
+                        : make_float2(INFINITY, 0.f);
+    }
+  }
+  asm volatile("bar.sync 1, 256;\n" ::: "memory");  // the consumers' shared row state is written
+
+  typename Traits::TiledMma mma;
+  auto thr = mma.get_thread_slice(tid);
+  Tensor tSrQ = thr.partition_fragment_A(sQ);
+  Tensor tSrDO = thr.partition_fragment_A(sDO);
+  Tensor tSrK = thr.partition_fragment_B(sK);
+  Tensor tSrV = thr.partition_fragment_B(sV);
+  Tensor tScS = thr.partition_C(make_identity_tensor(select<0, 1>(typename Traits::TileShape{})));
+  Tensor tSrS = partition_fragment_C(mma, select<0, 1>(typename Traits::TileShape{}));
+  Tensor tSrDP = partition_fragment_C(mma, select<0, 1>(typename Traits::TileShape{}));
+  Tensor s_rc = make_tensor(tSrS.data(), acc_rowcol(tSrS.layout()));
+  Tensor dp_rc = make_tensor(tSrDP.data(), acc_rowcol(tSrDP.layout()));
+  Tensor c_rc = make_tensor(tScS.data(), acc_rowcol(tScS.layout()));
+  constexpr int kRows = decltype(size<0>(s_rc))::value;
+
+  RowSoftmax rsm[kRows];
+  float delta[kRows];
+  double r_sum[kRows], s_sum[kRows];
+  CUTLASS_PRAGMA_UNROLL
+  for (int r = 0; r < kRows; ++r) {
+    const int row = get<0>(c_rc(r, 0));
+    rsm[r] = load_row_softmax(ss.stats[row], c);
+    delta[r] = ss.delta[row];
+    r_sum[r] = s_sum[r] = 0.0;
+  }
+
+  if (nb_max > nb_min) {
+    ss.barrier_q.wait(0);
+    PipelineState rd;  // K and V advance together
+    for (int nb = nb_max - 1; nb >= nb_min; --nb) {
+      pipe_k.consumer_wait(rd);
+      wg_gemm<true>(mma, tSrQ, tSrK(_, _, _, rd.index()), tSrS);
+      pipe_v.consumer_wait(rd);
+      wg_gemm<true>(mma, tSrDO, tSrV(_, _, _, rd.index()), tSrDP);
+      warpgroup_wait<0>();
+      pipe_k.consumer_release(rd);
+      pipe_v.consumer_release(rd);
+      ++rd;
+      const int n0 = nb * kBlockN;
+      const bool partial = mask.tile_partial(m0, m0 + kBlockM, n0, n0 + kBlockN);
+      CUTLASS_PRAGMA_UNROLL
+      for (int r = 0; r < kRows; ++r) {
+        float rt = 0.f, st = 0.f;  // this tile's sums, fp32
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < size<1>(s_rc); ++j) {
+          const bool vis = !partial || mask.visible(m0 + get<0>(c_rc(r, j)), n0 + get<1>(c_rc(r, j)));
+          const float pv = vis ? recompute_p<true>(s_rc(r, j), rsm[r], c) : 0.f;
+          rt += round_to<TG>(pv * (dp_rc(r, j) - delta[r]));
+          st += round_to<TG>(pv);
+        }
+        r_sum[r] += double(rt);
+        s_sum[r] += double(st);
+      }
+    }
+  }
+
+  CUTLASS_PRAGMA_UNROLL
+  for (int r = 0; r < kRows; ++r) {
+    const int row = get<0>(c_rc(r, 0));
+    const double rs = quad_sum(r_sum[r]), sv = quad_sum(s_sum[r]);
+    float lam = 0.f, lam_lo = 0.f;
+    split_lambda(rs, sv, lam, lam_lo);
+    if ((tid & 3) == 0 && m0 + row < m_end) {
+      const int64_t idx = rowstat_index(p, b, h, seq.q_start + m0 + row);
+      reinterpret_cast<float4*>(p.rowstate)[idx] = make_float4(delta[r], lam, lam_lo, 0.f);
+    }
+  }
+#endif
+}
+
+template <int kHeadDim> struct LambdaTiles;
+template <> struct LambdaTiles<64> { static constexpr int kBlockN = 128; };
+template <> struct LambdaTiles<128> { static constexpr int kBlockN = 128; };
+template <> struct LambdaTiles<256> { static constexpr int kBlockN = 32; };  // 192 KB of smem
+
+template <typename T, int kHeadDim>
+void run_lambda_prepass(const AttnParams& p, int total_q, int total_k) {
+  using Traits = LambdaTraits<T, kHeadDim, LambdaTiles<kHeadDim>::kBlockN>;
+  using Element = typename Traits::Element;
+  const bool varlen = p.cu_seqlens_q != 0;
+  LambdaKernelParams<Traits> prm;
+  prm.p = p;
+  prm.rows_q = varlen ? total_q : p.seqlen_q;
+  prm.rows_k = varlen ? total_k : p.seqlen_k;
+  prm.batch_q = varlen ? 1 : p.batch;
+  auto gmem = [&](uint64_t ptr, int rows, int heads, const int64_t (&st)[3]) {
+    const int64_t bstride = varlen ? int64_t(rows) * st[1] : st[0];
+    return make_tensor(make_gmem_ptr(reinterpret_cast<Element const*>(ptr)),
+                       make_layout(make_shape(rows, kHeadDim, heads, prm.batch_q),
+                                   make_stride(st[1], _1{}, st[2], bstride > 0 ? bstride : int64_t(8))));
+  };
+  auto tile_q = select<0, 2>(typename Traits::TileShape{});
+  auto tile_k = select<1, 2>(typename Traits::TileShape{});
+  prm.tma_q = make_tma_copy(SM90_TMA_LOAD{}, gmem(p.q, prm.rows_q, p.heads, p.q_stride),
+                            typename Traits::SmemLayoutQ{}, tile_q, _1{});
+  prm.tma_do = make_tma_copy(SM90_TMA_LOAD{}, gmem(p.dout, prm.rows_q, p.heads, p.do_stride),
+                             typename Traits::SmemLayoutQ{}, tile_q, _1{});
+  prm.tma_k = make_tma_copy(SM90_TMA_LOAD{}, gmem(p.k, prm.rows_k, p.heads_k, p.k_stride),
+                            take<0, 2>(typename Traits::SmemLayoutK{}), tile_k, _1{});
+  prm.tma_v = make_tma_copy(SM90_TMA_LOAD{}, gmem(p.v, prm.rows_k, p.heads_k, p.v_stride),
+                            take<0, 2>(typename Traits::SmemLayoutK{}), tile_k, _1{});
+  auto kernel = lambda_sm90_kernel<Traits>;
+  const int smem = Traits::kSmemBytes;
+  const dim3 grid((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.heads, p.batch);
+  if (grid.x == 0) return;
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+             "lambda pre-pass (sm90)");
+  kernel<<<grid, Traits::kNumThreads, smem, reinterpret_cast<cudaStream_t>(p.stream)>>>(prm);
+  check_cuda(cudaGetLastError(), "lambda pre-pass (sm90)");
+}
+
+}  // namespace sm90
+}  // namespace gproj

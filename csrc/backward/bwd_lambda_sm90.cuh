@@ -21,24 +21,14 @@ namespace gproj {
 namespace sm90 {
 
 template <typename T_, int kHeadDim_, int kBlockN_>
-struct LambdaTraits {
-  using T = T_;
-  using Element = typename CuteElement<T_>::type;
-  static constexpr int kHeadDim = kHeadDim_, kBlockM = 128, kBlockN = kBlockN_, kStages = 2;
-  static constexpr int kNumMmaThreads = 256, kNumThreads = kNumMmaThreads + 128;
-  using TileShape = Shape<Int<kBlockM>, Int<kBlockN>, Int<kHeadDim>>;
-  using TiledMma = decltype(make_tiled_mma(
-      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kBlockN>, Int<kHeadDim>>>(),
-      Layout<Shape<_2, _1, _1>>{}));
-  using SmemAtomQ = decltype(cutlass::gemm::collective::detail::ss_smem_selector<
-                             GMMA::Major::K, Element, Int<kBlockM>, Int<kHeadDim>>());
-  using SmemLayoutQ = decltype(tile_to_shape(SmemAtomQ{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
-  using SmemAtomKV = decltype(cutlass::gemm::collective::detail::ss_smem_selector<
-                              GMMA::Major::K, Element, Int<kBlockN>, Int<kHeadDim>>());
-  using SmemLayoutK =
-      decltype(tile_to_shape(SmemAtomKV{}, Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}));
-  using Pipeline = cutlass::PipelineTmaAsync<kStages>;
-  using PipelineState = typename Pipeline::PipelineState;
+struct LambdaTraits : Sm90Tiles<T_, kHeadDim_, kBlockN_, 2> {
+  using Base = Sm90Tiles<T_, kHeadDim_, kBlockN_, 2>;
+  using typename Base::Element;
+  using typename Base::SmemLayoutK;
+  using typename Base::SmemLayoutQ;
+  using typename Base::Pipeline;
+  static constexpr int kBlockM = Base::kBlockM;
+  using TiledMma = typename Base::TiledMmaQK;  // S = Q K^T and dP = dO V^T
 
   struct SharedStorage {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
@@ -52,15 +42,6 @@ struct LambdaTraits {
     alignas(16) typename Pipeline::SharedStorage pipe_v;
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
-
-  using GmemLayout =
-      Layout<Shape<int32_t, int32_t, int32_t, int32_t>, Stride<int64_t, _1, int64_t, int64_t>>;
-  using TmaQ = decltype(make_tma_copy(
-      SM90_TMA_LOAD{}, make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemLayout{}),
-      SmemLayoutQ{}, select<0, 2>(TileShape{}), _1{}));
-  using TmaKV = decltype(make_tma_copy(
-      SM90_TMA_LOAD{}, make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemLayout{}),
-      take<0, 2>(SmemLayoutK{}), select<1, 2>(TileShape{}), _1{}));
 };
 
 template <class Traits>
@@ -105,11 +86,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     cute::prefetch_tma_descriptor(prm.tma_v.get_tma_descriptor());
     ss.barrier_q.init(1);
   }
-  typename Pipeline::Params pp;
-  pp.transaction_bytes = kBlockN * kHeadDim * int(sizeof(Element));
-  pp.role = wg == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
-  pp.is_leader = threadIdx.x == 0;
-  pp.num_consumers = Traits::kNumMmaThreads;
+  const typename Pipeline::Params pp = Traits::ring_params(wg);
   Pipeline pipe_k(ss.pipe_k, pp, Shape<_1, _1, _1>{});
   Pipeline pipe_v(ss.pipe_v, pp, Shape<_1, _1, _1>{});
   __syncthreads();
@@ -125,9 +102,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     cutlass::arch::warpgroup_reg_dealloc<24>();
     if (threadIdx.x == 0 && nb_max > nb_min) {
       auto view = [&](auto const& tma, int rows, int heads, int start, int head) {
-        return domain_offset(make_coord(start, _0{}),
-                             tma.get_tma_tensor(make_shape(rows, kHeadDim, heads, prm.batch_q))(
-                                 _, _, head, bq));
+        return tma_rows(tma, rows, kHeadDim, heads, prm.batch_q, start, head, bq);
       };
       Tensor mQ = view(prm.tma_q, prm.rows_q, p.heads, seq.q_start, h);
       Tensor mDO = view(prm.tma_do, prm.rows_q, p.heads, seq.q_start, h);
@@ -263,29 +238,16 @@ template <> struct LambdaTiles<256> { static constexpr int kBlockN = 32; };  // 
 template <typename T, int kHeadDim>
 void run_lambda_prepass(const AttnParams& p, int total_q, int total_k) {
   using Traits = LambdaTraits<T, kHeadDim, LambdaTiles<kHeadDim>::kBlockN>;
-  using Element = typename Traits::Element;
   const bool varlen = p.cu_seqlens_q != 0;
   LambdaKernelParams<Traits> prm;
   prm.p = p;
   prm.rows_q = varlen ? total_q : p.seqlen_q;
   prm.rows_k = varlen ? total_k : p.seqlen_k;
   prm.batch_q = varlen ? 1 : p.batch;
-  auto gmem = [&](uint64_t ptr, int rows, int heads, const int64_t (&st)[3]) {
-    const int64_t bstride = varlen ? int64_t(rows) * st[1] : st[0];
-    return make_tensor(make_gmem_ptr(reinterpret_cast<Element const*>(ptr)),
-                       make_layout(make_shape(rows, kHeadDim, heads, prm.batch_q),
-                                   make_stride(st[1], _1{}, st[2], bstride > 0 ? bstride : int64_t(8))));
-  };
-  auto tile_q = select<0, 2>(typename Traits::TileShape{});
-  auto tile_k = select<1, 2>(typename Traits::TileShape{});
-  prm.tma_q = make_tma_copy(SM90_TMA_LOAD{}, gmem(p.q, prm.rows_q, p.heads, p.q_stride),
-                            typename Traits::SmemLayoutQ{}, tile_q, _1{});
-  prm.tma_do = make_tma_copy(SM90_TMA_LOAD{}, gmem(p.dout, prm.rows_q, p.heads, p.do_stride),
-                             typename Traits::SmemLayoutQ{}, tile_q, _1{});
-  prm.tma_k = make_tma_copy(SM90_TMA_LOAD{}, gmem(p.k, prm.rows_k, p.heads_k, p.k_stride),
-                            take<0, 2>(typename Traits::SmemLayoutK{}), tile_k, _1{});
-  prm.tma_v = make_tma_copy(SM90_TMA_LOAD{}, gmem(p.v, prm.rows_k, p.heads_k, p.v_stride),
-                            take<0, 2>(typename Traits::SmemLayoutK{}), tile_k, _1{});
+  prm.tma_q = make_tma_q<Traits>(p.q, prm.rows_q, p.heads, prm.batch_q, p.q_stride, varlen);
+  prm.tma_do = make_tma_q<Traits>(p.dout, prm.rows_q, p.heads, prm.batch_q, p.do_stride, varlen);
+  prm.tma_k = make_tma_kv<Traits>(p.k, prm.rows_k, p.heads_k, prm.batch_q, p.k_stride, varlen);
+  prm.tma_v = make_tma_kv<Traits>(p.v, prm.rows_k, p.heads_k, prm.batch_q, p.v_stride, varlen);
   auto kernel = lambda_sm90_kernel<Traits>;
   const int smem = Traits::kSmemBytes;
   const dim3 grid((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.heads, p.batch);

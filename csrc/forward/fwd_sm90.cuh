@@ -36,35 +36,54 @@ template <typename T> struct CuteElement;
 template <> struct CuteElement<bf16> { using type = cutlass::bfloat16_t; };
 template <> struct CuteElement<fp16> { using type = cutlass::half_t; };
 
-template <typename T_, int kHeadDim_, int kBlockN_, int kStages_, bool kPingpong_,
-          bool kPersistent_>
-struct FwdTraits {
+// ---- TMA views shared by the sm90 kernels: q, k, v, dO as (rows, head dim, head, batch) ----
+using TmaGmemLayout =
+    Layout<Shape<int32_t, int32_t, int32_t, int32_t>, Stride<int64_t, _1, int64_t, int64_t>>;
+
+// The TMA load of `Tile`-shaped boxes into `SmemLayout`.
+template <class Element, class SmemLayout, class Tile>
+using TmaLoad = decltype(make_tma_copy(
+    SM90_TMA_LOAD{}, make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), TmaGmemLayout{}),
+    SmemLayout{}, Tile{}, _1{}));
+
+// Host: the global tensor a TMA load reads (varlen: the packed rows as one batch entry).
+template <class Element>
+inline auto tma_gmem(uint64_t ptr, int rows, int head_dim, int heads, int batch,
+                     const int64_t (&st)[3], bool varlen) {
+  // A size-1 batch mode still needs a legal TMA stride: any multiple of 16 bytes works.
+  const int64_t bstride = varlen ? int64_t(rows) * st[1] : st[0];
+  return make_tensor(make_gmem_ptr(reinterpret_cast<Element const*>(ptr)),
+                     make_layout(make_shape(rows, head_dim, heads, batch),
+                                 make_stride(st[1], _1{}, st[2], bstride > 0 ? bstride : int64_t(8))));
+}
+
+// Device: the rows of one (sequence, head), starting at the sequence's first row.
+template <class Tma>
+__device__ __forceinline__ auto tma_rows(Tma const& tma, int rows, int head_dim, int heads,
+                                         int batch, int start, int head, int b) {
+  return domain_offset(make_coord(start, _0{}),
+                       tma.get_tma_tensor(make_shape(rows, head_dim, heads, batch))(_, _, head, b));
+}
+
+// What every sm90 kernel here shares: a 128-row query tile and kBlockN-row key tiles over the
+// head dim, one producer warpgroup and two consumer warpgroups (64 query rows each), Q-like tiles
+// and a kStages ring of K-like tiles in shared memory (K-major, swizzled for WGMMA), their TMA
+// loads, and the mbarrier pipeline type of the ring.
+template <typename T_, int kHeadDim_, int kBlockN_, int kStages_>
+struct Sm90Tiles {
   using T = T_;                                     // CUDA type (global stores)
   using Element = typename CuteElement<T_>::type;   // CuTe type (TMA, GMMA)
   static constexpr int kHeadDim = kHeadDim_, kBlockM = 128, kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
-  // Pingpong: the two consumer warpgroups take turns issuing their GEMMs (named barriers), so
-  // one's softmax runs while the other's GEMMs occupy the tensor cores.
-  static constexpr bool kPingpong = kPingpong_;
-  // Persistent: one block per SM loops over query tiles (longest first for causal masks, heads
-  // grouped so that their K/V stay in L2); with two Q buffers the next tile's Q and K/V load
-  // while this tile's last P.V and epilogue run.
-  static constexpr bool kPersistent = kPersistent_;
   static constexpr int kNumMmaWarpGroups = 2;
   static constexpr int kNumMmaThreads = kNumMmaWarpGroups * 128;
   static constexpr int kNumThreads = kNumMmaThreads + 128;
   using TileShape = Shape<Int<kBlockM>, Int<kBlockN>, Int<kHeadDim>>;
   using AtomLayout = Layout<Shape<Int<kNumMmaWarpGroups>, _1, _1>>;
-  // S = Q K^T: A and B from shared memory, both K-major (head dim contiguous).
+  // S = Q K^T (and dP = dO V^T): A and B from shared memory, both K-major.
   using TiledMmaQK = decltype(make_tiled_mma(
       GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kBlockN>, Int<kHeadDim>>>(),
       AtomLayout{}));
-  // O = P V: A (P) from registers, B = V read MN-major (V's head dim is contiguous).
-  using TiledMmaPV = decltype(make_tiled_mma(
-      GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockN>>,
-                           GMMA::Major::K, GMMA::Major::MN>(),
-      AtomLayout{}));
-
   using SmemAtomQ = decltype(cutlass::gemm::collective::detail::ss_smem_selector<
                              GMMA::Major::K, Element, Int<kBlockM>, Int<kHeadDim>>());
   using SmemLayoutQ = decltype(tile_to_shape(SmemAtomQ{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
@@ -72,13 +91,65 @@ struct FwdTraits {
                               GMMA::Major::K, Element, Int<kBlockN>, Int<kHeadDim>>());
   using SmemLayoutK =
       decltype(tile_to_shape(SmemAtomKV{}, Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}));
+  using Pipeline = cutlass::PipelineTmaAsync<kStages>;
+  using PipelineState = typename Pipeline::PipelineState;
+  using TmaQ = TmaLoad<Element, SmemLayoutQ, decltype(select<0, 2>(TileShape{}))>;
+  using TmaKV =
+      TmaLoad<Element, decltype(take<0, 2>(SmemLayoutK{})), decltype(select<1, 2>(TileShape{}))>;
+
+  // Params of a K-like tile ring for warpgroup `wg` (0: the producer, whose thread 0 leads).
+  __device__ static typename Pipeline::Params ring_params(int wg) {
+    typename Pipeline::Params pp;
+    pp.transaction_bytes = kBlockN * kHeadDim * int(sizeof(Element));
+    pp.role = wg == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
+    pp.is_leader = threadIdx.x == 0;
+    pp.num_consumers = kNumMmaThreads;
+    return pp;
+  }
+};
+
+// Host: the TMA loads of a Q-like (rows of q / dO) and a K-like (rows of k / v) tensor.
+template <class Tiles>
+typename Tiles::TmaQ make_tma_q(uint64_t ptr, int rows, int heads, int batch,
+                                const int64_t (&st)[3], bool varlen) {
+  return make_tma_copy(SM90_TMA_LOAD{},
+                       tma_gmem<typename Tiles::Element>(ptr, rows, Tiles::kHeadDim, heads, batch, st, varlen),
+                       typename Tiles::SmemLayoutQ{}, select<0, 2>(typename Tiles::TileShape{}), _1{});
+}
+template <class Tiles>
+typename Tiles::TmaKV make_tma_kv(uint64_t ptr, int rows, int heads, int batch,
+                                  const int64_t (&st)[3], bool varlen) {
+  return make_tma_copy(SM90_TMA_LOAD{},
+                       tma_gmem<typename Tiles::Element>(ptr, rows, Tiles::kHeadDim, heads, batch, st, varlen),
+                       take<0, 2>(typename Tiles::SmemLayoutK{}), select<1, 2>(typename Tiles::TileShape{}), _1{});
+}
+
+template <typename T_, int kHeadDim_, int kBlockN_, int kStages_, bool kPingpong_,
+          bool kPersistent_>
+struct FwdTraits : Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_> {
+  using Base = Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_>;
+  using typename Base::Element;
+  using typename Base::SmemLayoutK;
+  using typename Base::SmemLayoutQ;
+  using typename Base::Pipeline;
+  using typename Base::AtomLayout;
+  static constexpr int kHeadDim = kHeadDim_, kBlockN = kBlockN_, kStages = kStages_;
+  // Pingpong: the two consumer warpgroups take turns issuing their GEMMs (named barriers), so
+  // one's softmax runs while the other's GEMMs occupy the tensor cores.
+  static constexpr bool kPingpong = kPingpong_;
+  // Persistent: one block per SM loops over query tiles (longest first for causal masks, heads
+  // grouped so that their K/V stay in L2); with two Q buffers the next tile's Q and K/V load
+  // while this tile's last P.V and epilogue run.
+  static constexpr bool kPersistent = kPersistent_;
+  // O = P V: A (P) from registers, B = V read MN-major (V's head dim is contiguous).
+  using TiledMmaPV = decltype(make_tiled_mma(
+      GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockN>>,
+                           GMMA::Major::K, GMMA::Major::MN>(),
+      AtomLayout{}));
   // V^T as the PV GEMM sees it: the same bytes as K's layout, indexed (head dim, key, stage).
   using SmemLayoutVt = decltype(composition(
       SmemLayoutK{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{},
                                          Step<_2, _1, _3>{})));
-
-  using Pipeline = cutlass::PipelineTmaAsync<kStages>;
-  using PipelineState = typename Pipeline::PipelineState;
 
   static constexpr int kQBytes = cute::cosize_v<SmemLayoutQ> * int(sizeof(Element));
   static constexpr int kKVBytes = 2 * cute::cosize_v<SmemLayoutK> * int(sizeof(Element));
@@ -94,16 +165,6 @@ struct FwdTraits {
     alignas(16) typename Pipeline::SharedStorage pipe_v;
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
-
-  // Global tensors as TMA sees them: (rows, head dim, head, batch).
-  using GmemLayout =
-      Layout<Shape<int32_t, int32_t, int32_t, int32_t>, Stride<int64_t, _1, int64_t, int64_t>>;
-  using TmaQ = decltype(make_tma_copy(
-      SM90_TMA_LOAD{}, make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemLayout{}),
-      SmemLayoutQ{}, select<0, 2>(TileShape{}), _1{}));
-  using TmaKV = decltype(make_tma_copy(
-      SM90_TMA_LOAD{}, make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemLayout{}),
-      take<0, 2>(SmemLayoutK{}), select<1, 2>(TileShape{}), _1{}));
 };
 
 template <class Traits>
@@ -202,11 +263,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       ss.q_empty[i].init(Traits::kNumMmaThreads);
     }
   }
-  typename Pipeline::Params pp;
-  pp.transaction_bytes = kBlockN * kHeadDim * int(sizeof(Element));
-  pp.role = wg == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
-  pp.is_leader = threadIdx.x == 0;
-  pp.num_consumers = Traits::kNumMmaThreads;
+  const typename Pipeline::Params pp = Traits::ring_params(wg);
   Pipeline pipe_k(ss.pipe_k, pp, Shape<_1, _1, _1>{});
   Pipeline pipe_v(ss.pipe_v, pp, Shape<_1, _1, _1>{});
   __syncthreads();  // barriers initialized before anyone waits on them
@@ -254,15 +311,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         // The buffer's previous tile must be done with it (its epilogue reads Q too).
         if (qi >= kQBuf) ss.q_empty[buf].wait((qi / kQBuf - 1) & 1);
         const int hk = tc.h / (p.heads / p.heads_k), bq = p.cu_seqlens_q ? 0 : tc.b;
-        Tensor mQ = domain_offset(make_coord(seq.q_start, _0{}),
-                                  prm.tma_q.get_tma_tensor(make_shape(prm.rows_q, kHeadDim, p.heads,
-                                                                      prm.batch_q))(_, _, tc.h, bq));
-        Tensor mK = domain_offset(make_coord(seq.k_start, _0{}),
-                                  prm.tma_k.get_tma_tensor(make_shape(prm.rows_k, kHeadDim, p.heads_k,
-                                                                      prm.batch_q))(_, _, hk, bq));
-        Tensor mV = domain_offset(make_coord(seq.k_start, _0{}),
-                                  prm.tma_v.get_tma_tensor(make_shape(prm.rows_k, kHeadDim, p.heads_k,
-                                                                      prm.batch_q))(_, _, hk, bq));
+        Tensor mQ = tma_rows(prm.tma_q, prm.rows_q, kHeadDim, p.heads, prm.batch_q, seq.q_start, tc.h, bq);
+        Tensor mK = tma_rows(prm.tma_k, prm.rows_k, kHeadDim, p.heads_k, prm.batch_q, seq.k_start, hk, bq);
+        Tensor mV = tma_rows(prm.tma_v, prm.rows_k, kHeadDim, p.heads_k, prm.batch_q, seq.k_start, hk, bq);
         Tensor sQ = q_buffer(buf);
         Tensor gQ = local_tile(mQ, select<0, 2>(typename Traits::TileShape{}), make_coord(tc.m_block, _0{}));
         Tensor gK = local_tile(mK, select<1, 2>(typename Traits::TileShape{}), make_coord(_, _0{}));
@@ -509,26 +560,15 @@ void run_forward(const AttnParams& p, int total_q, int total_k) {
   using Tiles = FwdTiles<kHeadDim, kVariant>;
   using Traits = FwdTraits<T, kHeadDim, Tiles::kBlockN, Tiles::kStages, (kVariant > 0),
                            (kVariant >= 3)>;
-  using Element = typename Traits::Element;
   const bool varlen = p.cu_seqlens_q != 0;
   FwdKernelParams<Traits> prm;
   prm.p = p;
   prm.rows_q = varlen ? total_q : p.seqlen_q;
   prm.rows_k = varlen ? total_k : p.seqlen_k;
   prm.batch_q = varlen ? 1 : p.batch;
-  auto gmem = [&](uint64_t ptr, int rows, int heads, const int64_t (&st)[3]) {
-    // A size-1 batch mode still needs a legal TMA stride: any multiple of 16 bytes works.
-    const int64_t bstride = varlen ? int64_t(rows) * st[1] : st[0];
-    return make_tensor(make_gmem_ptr(reinterpret_cast<Element const*>(ptr)),
-                       make_layout(make_shape(rows, kHeadDim, heads, prm.batch_q),
-                                   make_stride(st[1], _1{}, st[2], bstride > 0 ? bstride : int64_t(8))));
-  };
-  prm.tma_q = make_tma_copy(SM90_TMA_LOAD{}, gmem(p.q, prm.rows_q, p.heads, p.q_stride),
-                            typename Traits::SmemLayoutQ{}, select<0, 2>(typename Traits::TileShape{}), _1{});
-  prm.tma_k = make_tma_copy(SM90_TMA_LOAD{}, gmem(p.k, prm.rows_k, p.heads_k, p.k_stride),
-                            take<0, 2>(typename Traits::SmemLayoutK{}), select<1, 2>(typename Traits::TileShape{}), _1{});
-  prm.tma_v = make_tma_copy(SM90_TMA_LOAD{}, gmem(p.v, prm.rows_k, p.heads_k, p.v_stride),
-                            take<0, 2>(typename Traits::SmemLayoutK{}), select<1, 2>(typename Traits::TileShape{}), _1{});
+  prm.tma_q = make_tma_q<Traits>(p.q, prm.rows_q, p.heads, prm.batch_q, p.q_stride, varlen);
+  prm.tma_k = make_tma_kv<Traits>(p.k, prm.rows_k, p.heads_k, prm.batch_q, p.k_stride, varlen);
+  prm.tma_v = make_tma_kv<Traits>(p.v, prm.rows_k, p.heads_k, prm.batch_q, p.v_stride, varlen);
   auto kernel = fwd_sm90_kernel<Traits, kGProj>;
   const int smem = Traits::kSmemBytes;
   prm.num_m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;

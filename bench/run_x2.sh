@@ -61,12 +61,27 @@ sanitize() {   # compute-sanitizer on small shapes through every kernel (scripts
 }
 
 variants() {   # sm90 forward variants (GPROJ_FWD_VARIANT 0-4) side by side with cuDNN, forward only
-  for V in 0 1 2 3 4; do
+  for V in ${VARS:-0 1 2 3 4}; do
     GPROJ_FWD_VARIANT=$V timeout "${VAR_S:-70}" python3 bench/speed.py \
       --impls gproj_cuda/gproj,gproj_cuda/fa3,sdpa_cudnn --ops fwd --hdims 64,128,256 \
       --seqlens 2048,4096,8192,16384 --gqa-seqlens '' --varlen-means '' --budget-s 0.2 --pause 0.05 \
       --out "$OUT/fwd_variant$V.json" --md "$OUT/fwd_variant$V.md" > "$OUT/fwd_variant$V.log" 2>&1
     echo "$(el) variant $V rc=$?"
+  done
+}
+
+hopper() {   # the Hopper KV-outer backward (fa3, d=128) and the persistent forward variants
+  timeout 200 python3 -m pytest tests/test_gpu.py -m gpu -k "hopper or lambda" -q -p no:cacheprovider \
+    -rs > "$OUT/pytest_hopper.log" 2>&1
+  echo "$(el) pytest hopper rc=$?: $(tail -n 1 "$OUT/pytest_hopper.log")"
+  grep -E "^FAILED|Error:|assert" "$OUT/pytest_hopper.log" | head -12
+  timeout 150 python3 scripts/probe_fwd_variant.py 3 15 | tee "$OUT/probe_variant3.log" | grep -v "ok " | head
+  for HB in 0 1; do
+    GPROJ_HOPPER_BWD=$HB timeout "${HB_S:-80}" python3 bench/speed.py --impls gproj_cuda/fa3,sdpa_cudnn \
+      --ops bwd --hdims 128 --seqlens 2048,4096,8192,16384 --gqa-seqlens 16384 --varlen-means '' \
+      --budget-s 0.2 --pause 0.05 --out "$OUT/bwd_hopper$HB.json" --md "$OUT/bwd_hopper$HB.md" \
+      > "$OUT/bwd_hopper$HB.log" 2>&1
+    echo "$(el) backward speed GPROJ_HOPPER_BWD=$HB rc=$?"; grep "| 128" "$OUT/bwd_hopper$HB.md"
   done
 }
 

@@ -138,10 +138,21 @@ def forward_cuda(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics):
     return out, lse, stats
 
 
+def _hopper_backward(q: Tensor, numerics: str, hopper: Optional[bool]) -> bool:
+    """Whether the experimental Hopper KV-outer backward (csrc/backward/bwd_kv_sm90.cuh) runs:
+    asked for (``hopper=True`` or GPROJ_HOPPER_BWD=1) and covered by it so far (fa3 numerics, head
+    dim 128, sm_90). Its dQ is summed with fp32 atomics: not bitwise reproducible."""
+    if hopper is None:
+        hopper = os.environ.get("GPROJ_HOPPER_BWD", "0") == "1"
+    return (hopper and numerics == "fa3" and q.shape[-1] == 128
+            and torch.cuda.get_device_capability(q.device)[0] == 9)
+
+
 def backward_cuda(dout, q, k, v, out, stats, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics,
-                  dk_accum: Optional[Tensor] = None):
+                  dk_accum: Optional[Tensor] = None, hopper: Optional[bool] = None):
     """Kernel backward. ``dk_accum`` (fp32, k's shape, contiguous) receives dK before its final
-    rounding: where SPEC.md measures the keys' common gradient."""
+    rounding: where SPEC.md measures the keys' common gradient. ``hopper``: see
+    ``_hopper_backward``."""
     varlen = cu_q is not None
     dq = _new(q.shape, q.dtype, q.device)
     dk = _new(k.shape, k.dtype, k.device)
@@ -172,6 +183,12 @@ def backward_cuda(dout, q, k, v, out, stats, cu_q, cu_k, max_q, max_k, scale, wl
         assert dk_accum.shape == k.shape and dk_accum.dtype == torch.float32
         assert dk_accum.stride() == dk.stride()
         p.dk_accum = dk_accum.data_ptr()
+    if _hopper_backward(q, numerics, hopper):
+        dq_accum = torch.zeros(dq.shape, dtype=torch.float32, device=q.device)  # dq's strides
+        p.dq_accum = dq_accum.data_ptr()
+        p.backward_passes = 8
+        _ext.extension().backward(p)
+        return dq, dk, dv
     _ext.extension().backward(p)
     return dq, dk, dv
 

@@ -203,7 +203,15 @@ int run_backward(const AttnParams& p, char* err, size_t err_len) {
     const bool varlen = p.cu_seqlens_q != 0;
     require_ptr(p.dout, "dout");
     require_strides(p.do_stride, "dout", varlen);
-    if (p.backward_passes < 1 || p.backward_passes > 4) fail("backward_passes %d: expected 1 (dQ), 2 (dK/dV), 3 (both) or 4 (the Hopper λ pre-pass alone)", p.backward_passes);
+    if ((p.backward_passes < 1 || p.backward_passes > 4) && p.backward_passes != 8) fail("backward_passes %d: expected 1 (dQ), 2 (dK/dV), 3 (both), 4 (the Hopper λ pre-pass alone) or 8 (the Hopper KV-outer backward)", p.backward_passes);
+    if (p.backward_passes == 8) {  // experimental (bwd_kv_sm90.cuh): delta, KV-outer pass, dQ finish
+      if (p.numerics != int(Numerics::kFA3)) fail("backward_passes 8 (Hopper KV-outer backward) supports fa3 numerics only so far");
+      if (p.head_dim != 128) fail("backward_passes 8 (Hopper KV-outer backward): head_dim %d, only 128 so far", p.head_dim);
+      if (device_arch(p.device) < 90) fail("backward_passes 8 (Hopper KV-outer backward) needs sm_90 (Hopper)");
+      if (p.partial) fail("backward_passes 8 (Hopper KV-outer backward) has no partial mode");
+      require_ptr(p.dq_accum, "dq_accum (fp32, zero-filled, dq's strides)");
+      require_ptr(p.dq, "dq");
+    }
     if (p.backward_passes == 4) {  // experimental: writes rowstate only (bwd_lambda_sm90.cuh)
       if (p.numerics != int(Numerics::kGProj)) fail("backward_passes 4 (λ pre-pass) needs gproj numerics");
       if (device_arch(p.device) < 90) fail("backward_passes 4 (λ pre-pass) needs sm_90 (Hopper)");
@@ -214,7 +222,8 @@ int run_backward(const AttnParams& p, char* err, size_t err_len) {
     }
     if (p.partial != 0 && p.partial != 1) fail("partial %d: expected 0 or 1", p.partial);
     const bool gproj = p.numerics == int(Numerics::kGProj);
-    const bool pass_dq = p.backward_passes & 1, pass_kv = p.backward_passes & 2;
+    const bool hopper = p.backward_passes == 8;
+    const bool pass_dq = (p.backward_passes & 1) || hopper, pass_kv = (p.backward_passes & 2) || hopper;
     if (pass_dq) {  // (the dK/dV pass reads delta from rowstate, not the output)
       require_ptr(p.out, "out");
       require_strides(p.o_stride, "out", varlen);

@@ -6,11 +6,13 @@
 #include <stdexcept>
 #include <string>
 #include "../backward/bwd_dkdv_kernel.cuh"
+#include "../backward/bwd_kv_sm90.cuh"
 #include "../backward/bwd_lambda_sm90.cuh"
 #include "../backward/bwd_dq_kernel.cuh"
 #include "../common/cuda_check.h"
 #include "../forward/fwd_kernel.cuh"
 #include "../forward/fwd_sm90.cuh"
+#include "../prepost/bwd_prepost.cuh"
 #include "../prepost/center_keys.cuh"
 
 namespace gproj {
@@ -106,6 +108,14 @@ template <typename T, int D>
 void backward_impl(const AttnParams& p) {
   if (p.backward_passes == 4) {  // the Hopper λ pre-pass alone (validated by run_backward)
     sm90::run_lambda_prepass<T, D>(p, p.total_q, p.total_k);
+    return;
+  }
+  if (p.backward_passes == 8) {  // the Hopper KV-outer backward (experimental, validated)
+    if constexpr (D == 128) {
+      launch_delta<T, D>(p);
+      sm90::run_bwd_kv<T, D>(p, p.total_q, p.total_k);
+      launch_dq_finish<T, D>(p);
+    }
     return;
   }
   if (p.numerics == int(Numerics::kGProj)) {

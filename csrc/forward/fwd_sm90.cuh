@@ -440,8 +440,12 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       // Pingpong: consumer 0 takes the first turn; every turn below is a wait/pass pair, the same
       // number in both warpgroups (same key tiles), and consumer 0's extra wait at the end
       // consumes consumer 1's last pass, so no barrier is left half-arrived.
+      // Persistent: consumer 1's opening pass happens on the block's first tile only; on later
+      // tiles consumer 0's first wait takes consumer 1's last pass of the previous tile (see the
+      // end of the tile), so every pass to consumer 0 but the first follows a wait of consumer 1
+      // and barrier 8 is never arrived at twice before consumer 0's bar.sync.
       if constexpr (Traits::kPingpong) {
-        if (consumer == 1) turn_pass(consumer);
+        if (consumer == 1 && (!Traits::kPersistent || qi == 0)) turn_pass(consumer);
         turn_wait(consumer);
       }
       issue_s(tSrS, rd_k);
@@ -474,10 +478,17 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       wg_gemm<false>(mma_pv, tOrPa, tOrV(_, _, _, rd_v.index()), tOrO);
       if constexpr (Traits::kPingpong) {
         turn_pass(consumer);
-        if (consumer == 0) turn_wait(consumer);
+        // Persistent: consumer 0's closing wait moves after the tile loop (consumer 1 would
+        // otherwise pass twice, this pass and the next tile's opening one, possibly before it).
+        if (consumer == 0 && !Traits::kPersistent) turn_wait(consumer);
       }
       warpgroup_wait<0>();
       pipe_v.consumer_release(rd_v);
+      // Persistent: rd_v continues into the next tile like the producer's state, which advanced
+      // past this last V tile too. Without it the next tile waits on (and releases) this stage
+      // again, one V behind the producer: a wait on a parity that has already flipped twice, and
+      // the hang on every block's second tile. (One tile per block: rd_v is dead here.)
+      if constexpr (Traits::kPersistent) ++rd_v;
     }
 
     // ---------------- epilogue: normalize, store O, LSE and the softmax state ----------------
@@ -528,6 +539,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       if constexpr (Traits::kPersistent) ss.q_empty[buf].arrive();
       ++qi;
     }
+  }
+  // Persistent pingpong: consumer 0 takes consumer 1's last pass, so no barrier is left
+  // half-arrived (qi is the same in both warpgroups: the tiles with keys).
+  if constexpr (Traits::kPersistent && Traits::kPingpong) {
+    if (consumer == 0 && qi > 0) turn_wait(consumer);
   }
 #endif
 }

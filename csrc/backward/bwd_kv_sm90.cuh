@@ -269,10 +269,16 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       wg_gemm<false>(mma_kv, tOrPa, tKVrDOt(_, _, _, rd.index()), tdVrdV);
       wg_gemm<false>(mma_kv, tOrDSa, tKVrQt(_, _, _, rd.index()), tdKrdK);
 
-      // dS~ into shared memory as (query, key) for the dQ GEMM.
+      // dS~ into shared memory as (query, key) for the dQ GEMM. Accumulator elements i, i+1 are
+      // adjacent queries of one key, adjacent in this query-contiguous layout too (the swizzle
+      // moves 16-byte chunks): one 32-bit store per pair.
       Tensor sDSb = sDS(_, _, it & 1);
       CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < size(tOrDS); ++i) sDSb(get<1>(tScS(i)), get<0>(tScS(i))) = tOrDS(i);
+      for (int i = 0; i < size(tOrDS); i += 2) {
+        Element pair[2] = {tOrDS(i), tOrDS(i + 1)};
+        *reinterpret_cast<uint32_t*>(&sDSb(get<1>(tScS(i)), get<0>(tScS(i)))) =
+            *reinterpret_cast<uint32_t*>(pair);
+      }
       cutlass::arch::fence_view_async_shared();  // generic-proxy writes -> WGMMA reads
       consumers_sync();
       Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});

@@ -548,8 +548,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 #endif
 }
 
-// Tile shapes and schedules. Variant 0 is the measured default; the others are selected with
-// GPROJ_FWD_VARIANT for A/B runs until measurements decide (bench/NOTES.md):
+// Tile shapes and schedules. Variant 0 is the measured default (see run_forward); the others
+// are selected with GPROJ_FWD_VARIANT for A/B runs (bench/NOTES.md):
 //   1 pingpong, 2 pingpong + kBlockN 176 at d=128 (as FA3), 3 persistent + pingpong,
 //   4 persistent + pingpong + kBlockN 176 at d=128.
 template <int kHeadDim, int kVariant> struct FwdTiles;
@@ -574,7 +574,10 @@ inline void device_sm_l2(int device, int& sms, int& l2_bytes) {
 template <typename T, int kHeadDim, bool kGProj, int kVariant = 0>
 void run_forward(const AttnParams& p, int total_q, int total_k) {
   using Tiles = FwdTiles<kHeadDim, kVariant>;
-  using Traits = FwdTraits<T, kHeadDim, Tiles::kBlockN, Tiles::kStages, (kVariant > 0),
+  // Default (variant 0): pingpong at head dims 128 and 256, where it measured up to +15% at
+  // N = 4k-8k (bench/NOTES.md, "sm90 forward variants"); at d = 64 it was neutral to -10%.
+  constexpr bool kPingpong = kVariant > 0 || kHeadDim >= 128;
+  using Traits = FwdTraits<T, kHeadDim, Tiles::kBlockN, Tiles::kStages, kPingpong,
                            (kVariant >= 3)>;
   const bool varlen = p.cu_seqlens_q != 0;
   FwdKernelParams<Traits> prm;

@@ -76,5 +76,15 @@ if torch.cuda.get_device_capability()[0] >= 9:
                 _ext.extension().backward(p)
                 torch.cuda.synchronize()
                 assert torch.isfinite(rowstate[..., :3]).all(), "λ pre-pass left rows unwritten"
+# The Hopper KV-outer backward (fa3 numerics, d=128; GPROJ_HOPPER_BWD=1), GQA, causal, odd lengths.
+if torch.cuda.get_device_capability()[0] == 9:
+    os.environ["GPROJ_HOPPER_BWD"] = "1"
+    for causal in (False, True):
+        q = torch.randn(2, 77, 4, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        k = torch.randn(2, 150, 2, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        v = torch.randn(2, 150, 2, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        o = gproj_cuda.attention(q, k, v, causal=causal, numerics="fa3")
+        o.backward(torch.randn_like(o))
+    os.environ["GPROJ_HOPPER_BWD"] = "0"
 torch.cuda.synchronize()
 print("sanitize case done")

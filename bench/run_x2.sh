@@ -75,9 +75,9 @@ hopper() {   # the Hopper KV-outer backward (fa3, d=128) and the persistent forw
     -rs > "$OUT/pytest_hopper.log" 2>&1
   echo "$(el) pytest hopper rc=$?: $(tail -n 1 "$OUT/pytest_hopper.log")"
   grep -E "^FAILED|Error:|assert" "$OUT/pytest_hopper.log" | head -12
-  timeout 150 python3 scripts/probe_fwd_variant.py 3 15 | tee "$OUT/probe_variant3.log" | grep -v "ok " | head
-  for HB in 0 1; do
-    GPROJ_HOPPER_BWD=$HB timeout "${HB_S:-80}" python3 bench/speed.py --impls gproj_cuda/fa3,sdpa_cudnn \
+  [ -n "${PROBE-1}" ] && timeout 150 python3 scripts/probe_fwd_variant.py 3 15 | tee "$OUT/probe_variant3.log" | grep -v "ok " | head
+  for HB in ${HBS:-0 1}; do
+    GPROJ_HOPPER_BWD=$HB timeout "${HB_S:-80}" python3 bench/speed.py --impls ${HB_IMPLS:-gproj_cuda/fa3,sdpa_cudnn} \
       --ops bwd --hdims 128 --seqlens 2048,4096,8192,16384 --gqa-seqlens 16384 --varlen-means '' \
       --budget-s 0.2 --pause 0.05 --out "$OUT/bwd_hopper$HB.json" --md "$OUT/bwd_hopper$HB.md" \
       > "$OUT/bwd_hopper$HB.log" 2>&1

@@ -139,12 +139,14 @@ def forward_cuda(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics):
 
 
 def _hopper_backward(q: Tensor, numerics: str, hopper: Optional[bool]) -> bool:
-    """Whether the experimental Hopper KV-outer backward (csrc/backward/bwd_kv_sm90.cuh) runs:
-    asked for (``hopper=True`` or GPROJ_HOPPER_BWD=1) and covered by it so far (fa3 numerics, head
-    dim 128, sm_90). Its dQ is summed with fp32 atomics: not bitwise reproducible."""
+    """Whether the experimental Hopper backward (csrc/backward/bwd_kv_sm90.cuh) runs: asked for
+    (``hopper=True`` or GPROJ_HOPPER_BWD=1) and covered by it so far (head dim 128, sm_90; fa3
+    numerics in bf16/fp16, gproj in bf16). Its dQ is summed with fp32 atomics: not bitwise
+    reproducible."""
     if hopper is None:
         hopper = os.environ.get("GPROJ_HOPPER_BWD", "0") == "1"
-    return (hopper and numerics == "fa3" and q.shape[-1] == 128
+    covered = numerics == "fa3" or q.dtype == torch.bfloat16
+    return (hopper and covered and q.shape[-1] == 128
             and torch.cuda.get_device_capability(q.device)[0] == 9)
 
 
@@ -164,10 +166,12 @@ def backward_cuda(dout, q, k, v, out, stats, cu_q, cu_k, max_q, max_k, scale, wl
             dk_accum.zero_()
         return dq, dk, dv
     q, k, v, out, dout = (_kernel_ready(t) for t in (q, k, v, out, dout))
-    q_shift = None
+    q_shift = q_centered = None
+    hopper = _hopper_backward(q, numerics, hopper)
     if numerics == "gproj":
         k, _ = center_keys_cuda(k, cu_k, max_k)   # the same exact shift the forward used
-        _, q_shift = center_keys_cuda(q, cu_q, max_q, shift_only=True)  # for the dK GEMM
+        # for the dK GEMM (the Hopper backward loads Q' = Q - q_shift by TMA)
+        q_centered, q_shift = center_keys_cuda(q, cu_q, max_q, shift_only=not hopper)
     # {delta, lambda hi, lambda lo, unused} per row: dQ pass -> dK/dV pass (csrc/api/params.h)
     rowstate = torch.empty(stats.shape[:-1] + (4,), dtype=torch.float32, device=q.device)
     p = _params(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics)
@@ -183,9 +187,13 @@ def backward_cuda(dout, q, k, v, out, stats, cu_q, cu_k, max_q, max_k, scale, wl
         assert dk_accum.shape == k.shape and dk_accum.dtype == torch.float32
         assert dk_accum.stride() == dk.stride()
         p.dk_accum = dk_accum.data_ptr()
-    if _hopper_backward(q, numerics, hopper):
+    if hopper:
         dq_accum = torch.zeros(dq.shape, dtype=torch.float32, device=q.device)  # dq's strides
         p.dq_accum = dq_accum.data_ptr()
+        if numerics == "gproj":
+            pk_accum = torch.zeros(dq.shape, dtype=torch.float32, device=q.device)
+            p.pk_accum = pk_accum.data_ptr()
+            p.q_centered, p.qc_stride = q_centered.data_ptr(), _strides3(q_centered, varlen)
         p.backward_passes = 8
         _ext.extension().backward(p)
         return dq, dk, dv

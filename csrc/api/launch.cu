@@ -205,8 +205,15 @@ int run_backward(const AttnParams& p, char* err, size_t err_len) {
     require_strides(p.do_stride, "dout", varlen);
     if ((p.backward_passes < 1 || p.backward_passes > 4) && p.backward_passes != 8) fail("backward_passes %d: expected 1 (dQ), 2 (dK/dV), 3 (both), 4 (the Hopper λ pre-pass alone) or 8 (the Hopper KV-outer backward)", p.backward_passes);
     if (p.backward_passes == 8) {  // experimental (bwd_kv_sm90.cuh): delta, KV-outer pass, dQ finish
-      if (p.numerics != int(Numerics::kFA3)) fail("backward_passes 8 (Hopper KV-outer backward) supports fa3 numerics only so far");
-      if (p.head_dim != 128) fail("backward_passes 8 (Hopper KV-outer backward): head_dim %d, only 128 so far", p.head_dim);
+      if (p.numerics == int(Numerics::kGProj)) {
+        if (p.dtype != int(DType::kBF16)) fail("backward_passes 8 (Hopper backward) with gproj numerics: bf16 only so far (fp16 takes the mma.sync passes)");
+        require_ptr(p.q_centered, "q_centered (Q - q_shift)");
+        require_strides(p.qc_stride, "q_centered", varlen);
+        require_ptr(p.pk_accum, "pk_accum (fp32, zero-filled, dq's strides)");
+        require_ptr(p.out, "out");
+        require_strides(p.o_stride, "out", varlen);
+      }
+      if (p.head_dim != 128) fail("backward_passes 8 (Hopper backward): head_dim %d, only 128 so far", p.head_dim);
       if (device_arch(p.device) < 90) fail("backward_passes 8 (Hopper KV-outer backward) needs sm_90 (Hopper)");
       if (p.partial) fail("backward_passes 8 (Hopper KV-outer backward) has no partial mode");
       require_ptr(p.dq_accum, "dq_accum (fp32, zero-filled, dq's strides)");

@@ -26,6 +26,7 @@ struct AttnParams {
   uint64_t q_shift = 0;       // [batch][head][dim]: exact query centering inside the dK GEMM
   uint64_t k_centered = 0;    // centering pre-pass output K' = K - k_shift (kc_stride; 0: skip)
   uint64_t center_workspace = 0;  // centering pre-pass scratch: 2 * batch * head_k * dim uint32
+  uint64_t q_centered = 0;    // Q' = Q - q_shift (qc_stride): the Hopper backward's dK operand
   uint64_t cu_seqlens_q = 0, cu_seqlens_k = 0;   // int32 [batch + 1]; 0 = dense
   // Partial-pass accumulators (context parallelism, gproj_cuda/distributed.py; see `partial`):
   uint64_t dq_accum = 0;      // fp32, dq_stride: += dS~ K (unscaled)
@@ -38,6 +39,7 @@ struct AttnParams {
   int64_t q_stride[3] = {0, 0, 0}, k_stride[3] = {0, 0, 0}, v_stride[3] = {0, 0, 0};
   int64_t o_stride[3] = {0, 0, 0}, do_stride[3] = {0, 0, 0}, dq_stride[3] = {0, 0, 0};
   int64_t dk_stride[3] = {0, 0, 0}, dv_stride[3] = {0, 0, 0}, kc_stride[3] = {0, 0, 0};
+  int64_t qc_stride[3] = {0, 0, 0};
   int64_t rs_batch_stride = 0, rs_head_stride = 0;
 
   // ---- problem --------------------------------------------------------------------------
@@ -50,7 +52,9 @@ struct AttnParams {
   // A query chunk at global position oq against a key chunk at ok: diag_shift = oq - ok - nk + nq.
   int diag_shift = 0;
   // Backward passes to run: 1 = dQ pass, 2 = dK/dV pass, 3 = both; 4 = the Hopper λ pre-pass
-  // alone (experimental, writes rowstate; csrc/backward/bwd_lambda_sm90.cuh).
+  // alone (experimental, writes rowstate; csrc/backward/bwd_lambda_sm90.cuh); 8 = the Hopper
+  // backward (pre-pass, KV-outer pass with dQ summed into dq_accum / pk_accum, dQ finish;
+  // csrc/backward/bwd_kv_sm90.cuh).
   int backward_passes = 3;
   // 1: the backward passes do not finish the gradients of this (query chunk, key chunk) pair;
   // they ADD fp32 partials into the *_accum buffers (every element owned by one block, chunks

@@ -110,11 +110,19 @@ void backward_impl(const AttnParams& p) {
     sm90::run_lambda_prepass<T, D>(p, p.total_q, p.total_k);
     return;
   }
-  if (p.backward_passes == 8) {  // the Hopper KV-outer backward (experimental, validated)
+  if (p.backward_passes == 8) {  // the Hopper backward (experimental; run_backward validates)
     if constexpr (D == 128) {
-      launch_delta<T, D>(p);
-      sm90::run_bwd_kv<T, D>(p, p.total_q, p.total_k);
-      launch_dq_finish<T, D>(p);
+      if (p.numerics == int(Numerics::kGProj)) {
+        if constexpr (std::is_same<T, bf16>::value) {
+          sm90::run_lambda_prepass<T, D>(p, p.total_q, p.total_k);  // delta, lambda
+          sm90::run_bwd_kv<T, D, true>(p, p.total_q, p.total_k);
+          launch_dq_finish<T, D, true>(p);
+        }
+      } else {
+        launch_delta<T, D>(p);
+        sm90::run_bwd_kv<T, D, false>(p, p.total_q, p.total_k);
+        launch_dq_finish<T, D, false>(p);
+      }
     }
     return;
   }

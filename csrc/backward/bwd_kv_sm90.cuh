@@ -1,6 +1,7 @@
 // The Hopper (sm_90a) KV-outer backward pass: TMA + WGMMA, warp-specialized (issue 7).
-// EXPERIMENTAL: fa3 numerics, head dim 128, reachable through backward_passes = 8 (C API) or
-// GPROJ_HOPPER_BWD=1 (Python); everything else takes the mma.sync passes.
+// EXPERIMENTAL: head dim 128, fa3 numerics (bf16, fp16) and gproj (bf16), reachable through
+// backward_passes = 8 (C API) or GPROJ_HOPPER_BWD=1 (Python); everything else takes the
+// mma.sync passes.
 //
 // One block = 128 keys of one (sequence, kv head). K and V stay in shared memory; the block walks
 // every query head of its GQA group and every 64-row query tile that sees its keys, and a
@@ -12,9 +13,16 @@
 //   dQ   = dS~ K                            WGMMA from shared memory (dS~ written there by both
 //                                           warpgroups; each computes half of the head dim)
 //   dq_accum += dQ                          fp32 atomics (order varies: not deterministic)
-// 5 GEMM-equivalents per (query tile, key tile), as FlashAttention-3. dK and dV of a key are
-// summed over the whole group inside one block (no atomics); dQ = alpha dq_accum is rounded once
-// by dq_finish_kernel. delta comes from delta_kernel (bwd_prepost.cuh).
+// fa3: 5 GEMM-equivalents per (query tile, key tile), as FlashAttention-3.
+// gproj (SPEC section 3, the arithmetic of the mma.sync passes and reference.py): delta and
+// lambda = r / s (fp64 row sums of exactly the rounded dS~, P~ the GEMMs consume) come from the λ
+// pre-pass (bwd_lambda_sm90.cuh, 2 GEMM-equivalents); here A = dS~ - lambda P~ in fp32 (lambda as
+// hi + lo), split into three rounded parts, dK += part^T Q' against the centered queries Q' = Q
+// - c_q (loaded by TMA beside Q), plus c_q (x) colsum(A) (fp64) per head; dQ = dS~ K - lambda_hi
+// P~ K from two fp32 sums (dq_accum, pk_accum), combined once by dq_finish_kernel. S, dP, dV,
+// 3 x dK, 2 x dQ: 8 GEMM-equivalents, 10 with the pre-pass.
+// dK and dV of a key are summed over the whole group inside one block (no atomics); dQ is rounded
+// once by dq_finish_kernel. fa3's delta comes from delta_kernel (bwd_prepost.cuh).
 #pragma once
 
 #include "../backward/bwd_common.cuh"
@@ -23,9 +31,10 @@
 namespace gproj {
 namespace sm90 {
 
-template <typename T_, int kHeadDim_>
+template <typename T_, int kHeadDim_, bool kGProj_>
 struct BwdKvTraits {
   using T = T_;
+  static constexpr bool kGProj = kGProj_;
   using Element = typename CuteElement<T_>::type;
   static constexpr int kHeadDim = kHeadDim_, kBlockN = 128, kBlockM = 64, kStages = 2;
   static constexpr int kNumMmaThreads = 256, kNumThreads = kNumMmaThreads + 128;
@@ -68,13 +77,20 @@ struct BwdKvTraits {
   using TmaQ = TmaLoad<Element, decltype(take<0, 2>(SmemLayoutQ{})), Shape<BM, HD>>;
   using TmaK = TmaLoad<Element, SmemLayoutK, Shape<BN, HD>>;
 
+  // gproj: Q' stages and P~ buffers too. 224 KB of tiles + 2.5 KB of row state: the struct
+  // (1024-aligned) is 227 KB, the most a block may have.
   struct SharedStorage {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> v;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> dout;
+    cute::array_aligned<Element, (kGProj ? cute::cosize_v<SmemLayoutQ> : 1), 1024> qc;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutDS>, 1024> ds;
-    float2 rows[2][kBlockM];  // per query tile (double buffered): {fa3 lse2, delta}
+    cute::array_aligned<Element, (kGProj ? cute::cosize_v<SmemLayoutDS> : 1), 1024> pt;
+    // Row state per query tile (double buffered): fa3 {lse2, delta, -, -}; gproj {m, log2 l,
+    // delta, lambda hi} and lambda lo.
+    float4 rows[2][kBlockM];
+    float lam_lo[2][kGProj ? kBlockM : 1];
     alignas(16) cutlass::arch::ClusterTransactionBarrier barrier_kv;
     alignas(16) typename Pipeline::SharedStorage pipe_q;
   };
@@ -83,7 +99,7 @@ struct BwdKvTraits {
 
 template <class Traits>
 struct BwdKvParams {
-  typename Traits::TmaQ tma_q, tma_do;
+  typename Traits::TmaQ tma_q, tma_do, tma_qc;
   typename Traits::TmaK tma_k, tma_v;
   int rows_q, rows_k, batch_q;
   AttnParams p;
@@ -94,12 +110,14 @@ __device__ __forceinline__ void consumers_sync() {
   asm volatile("bar.sync 10, 256;\n" ::: "memory");
 }
 
+
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     bwd_kv_sm90_kernel(CUTE_GRID_CONSTANT BwdKvParams<Traits> const prm) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
   using Element = typename Traits::Element;
   using T = typename Traits::T;
+  constexpr bool kGProj = Traits::kGProj;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
   using Pipeline = typename Traits::Pipeline;
   using PipelineState = typename Traits::PipelineState;
@@ -117,7 +135,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   const int mb_min = m_lo / kBlockM;
   const int mb_max = m_hi > m_lo ? (m_hi + kBlockM - 1) / kBlockM : mb_min;
   const int tiles_per_head = mb_max - mb_min;
-  const int n_items = tiles_per_head * group;  // (query head, query tile) pairs, in order
+  const int n_items = tiles_per_head * group;  // (query head, query tile) pairs, head-major
   const float c = p.softmax_scale * 1.4426950408889634f;
 
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -126,12 +144,14 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   if (threadIdx.x == 0) {
     cute::prefetch_tma_descriptor(prm.tma_q.get_tma_descriptor());
     cute::prefetch_tma_descriptor(prm.tma_do.get_tma_descriptor());
+    if constexpr (kGProj) cute::prefetch_tma_descriptor(prm.tma_qc.get_tma_descriptor());
     cute::prefetch_tma_descriptor(prm.tma_k.get_tma_descriptor());
     cute::prefetch_tma_descriptor(prm.tma_v.get_tma_descriptor());
     ss.barrier_kv.init(1);
   }
   typename Pipeline::Params pp;
-  pp.transaction_bytes = 2 * kBlockM * kHeadDim * int(sizeof(Element));  // Q and dO
+  // Q and dO (and Q') tiles of one stage
+  pp.transaction_bytes = (kGProj ? 3 : 2) * kBlockM * kHeadDim * int(sizeof(Element));
   pp.role = wg == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
   pp.is_leader = threadIdx.x == 0;
   pp.num_consumers = Traits::kNumMmaThreads;
@@ -143,13 +163,16 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   Tensor sKt = make_tensor(make_smem_ptr(ss.k.data()), typename Traits::SmemLayoutKt{});
   Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), typename Traits::SmemLayoutQ{});
   Tensor sDO = make_tensor(make_smem_ptr(ss.dout.data()), typename Traits::SmemLayoutQ{});
+  Tensor sQc = make_tensor(make_smem_ptr(ss.qc.data()), typename Traits::SmemLayoutQ{});
   Tensor sQt = make_tensor(make_smem_ptr(ss.q.data()), typename Traits::SmemLayoutQt{});
+  Tensor sQct = make_tensor(make_smem_ptr(ss.qc.data()), typename Traits::SmemLayoutQt{});
   Tensor sDOt = make_tensor(make_smem_ptr(ss.dout.data()), typename Traits::SmemLayoutQt{});
   Tensor sDS = make_tensor(make_smem_ptr(ss.ds.data()), typename Traits::SmemLayoutDS{});
+  Tensor sPT = make_tensor(make_smem_ptr(ss.pt.data()), typename Traits::SmemLayoutDS{});
   const int bq = p.cu_seqlens_q ? 0 : b;
 
   if (wg == 0) {
-    // ---------------- producer: K, V once; Q, dO per query tile ----------------
+    // ---------------- producer: K, V once; Q, dO (Q') per query tile ----------------
     cutlass::arch::warpgroup_reg_dealloc<24>();
     if (threadIdx.x == 0 && n_items > 0) {
       auto tile_q = Shape<Int<kBlockM>, Int<kHeadDim>>{};
@@ -166,15 +189,16 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       PipelineState wr = cutlass::make_producer_start_state<Pipeline>();
       for (int it = 0; it < n_items; ++it) {
         const int h = hk * group + it / tiles_per_head, mb = mb_min + it % tiles_per_head;
-        Tensor mQ = tma_rows(prm.tma_q, prm.rows_q, kHeadDim, p.heads, prm.batch_q, seq.q_start, h, bq);
-        Tensor mDO = tma_rows(prm.tma_do, prm.rows_q, kHeadDim, p.heads, prm.batch_q, seq.q_start, h, bq);
-        auto [tQg, tQs] = tma_partition(prm.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
-                                        group_modes<0, 2>(local_tile(mQ, tile_q, make_coord(_, _0{}))));
-        auto [tDg, tDs] = tma_partition(prm.tma_do, _0{}, Layout<_1>{}, group_modes<0, 2>(sDO),
-                                        group_modes<0, 2>(local_tile(mDO, tile_q, make_coord(_, _0{}))));
+        auto load = [&](auto const& tma, auto& smem) {
+          Tensor m = tma_rows(tma, prm.rows_q, kHeadDim, p.heads, prm.batch_q, seq.q_start, h, bq);
+          auto [tg, ts] = tma_partition(tma, _0{}, Layout<_1>{}, group_modes<0, 2>(smem),
+                                        group_modes<0, 2>(local_tile(m, tile_q, make_coord(_, _0{}))));
+          copy(tma.with(*pipe_q.producer_get_barrier(wr), 0), tg(_, mb), ts(_, wr.index()));
+        };
         pipe_q.producer_acquire(wr);
-        copy(prm.tma_q.with(*pipe_q.producer_get_barrier(wr), 0), tQg(_, mb), tQs(_, wr.index()));
-        copy(prm.tma_do.with(*pipe_q.producer_get_barrier(wr), 0), tDg(_, mb), tDs(_, wr.index()));
+        load(prm.tma_q, sQ);
+        load(prm.tma_do, sDO);
+        if constexpr (kGProj) load(prm.tma_qc, sQc);
         ++wr;
       }
     }
@@ -184,7 +208,6 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   // ---------------- consumers ----------------
   cutlass::arch::warpgroup_reg_alloc<240>();
   const int tid = threadIdx.x - 128;
-  const int consumer = wg - 1;
   typename Traits::TiledMmaSdP mma_sdp;
   typename Traits::TiledMmaKV mma_kv;
   typename Traits::TiledMmaDQ mma_dq;
@@ -196,32 +219,57 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   Tensor tSrQ = thr_sdp.partition_fragment_B(sQ);
   Tensor tSrDO = thr_sdp.partition_fragment_B(sDO);
   Tensor tKVrQt = thr_kv.partition_fragment_B(sQt);
+  Tensor tKVrQct = thr_kv.partition_fragment_B(sQct);
   Tensor tKVrDOt = thr_kv.partition_fragment_B(sDOt);
   Tensor tDQrDS = thr_dq.partition_fragment_A(sDS);
+  Tensor tDQrPT = thr_dq.partition_fragment_A(sPT);
   Tensor tDQrKt = thr_dq.partition_fragment_B(sKt);
 
   auto shape_s = Shape<Int<kBlockN>, Int<kBlockM>>{};  // (keys, queries)
   Tensor tScS = thr_sdp.partition_C(make_identity_tensor(shape_s));
   Tensor c_rc = make_tensor(tScS.data(), acc_rowcol(tScS.layout()));
+  constexpr int kRows = decltype(size<0>(c_rc))::value;  // the lane's 2 key rows
   Tensor tdKrdK = partition_fragment_C(mma_kv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
   Tensor tdVrdV = partition_fragment_C(mma_kv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
   clear(tdKrdK);
   clear(tdVrdV);
+  Tensor tdKcdK = thr_kv.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
   Tensor tdQcdQ = thr_dq.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  // gproj: per key row, Σ over the head's queries of A's three rounded parts, in fp64 (it is
+  // multiplied by the large query mean c_q in the rank-one update).
+  double colsum[kRows];
+  CUTLASS_PRAGMA_UNROLL
+  for (int r = 0; r < kRows; ++r) colsum[r] = 0.0;
 
-  // Softmax state and delta of item `it`'s query rows into ss.rows[it & 1] (threads 0..63).
+  // Softmax state, delta (and lambda) of item `it`'s query rows into ss.rows[it & 1].
   auto load_rows = [&](int it) {
     if (tid < kBlockM && it < n_items) {
       const int h = hk * group + it / tiles_per_head, mb = mb_min + it % tiles_per_head;
       const int i = mb * kBlockM + tid;
-      float2 r = make_float2(INFINITY, 0.f);  // rows past the end: p = 0
+      float4 r = make_float4(INFINITY, 0.f, 0.f, 0.f);  // rows past the end: p = 0
+      float lo = 0.f;
       if (i < seq.nq) {
         const int64_t idx = rowstat_index(p, b, h, seq.q_start + i);
-        const RowSoftmax rs = load_row_softmax(reinterpret_cast<const float2*>(p.stats)[idx], c);
-        r = make_float2(rs.lse2, reinterpret_cast<const float4*>(p.rowstate)[idx].x);
+        const float2 st = reinterpret_cast<const float2*>(p.stats)[idx];
+        const float4 rw = reinterpret_cast<const float4*>(p.rowstate)[idx];
+        if constexpr (kGProj) {
+          r = make_float4(st.x, st.y, rw.x, rw.y);
+          lo = rw.z;
+        } else {
+          r = make_float4(load_row_softmax(st, c).lse2, rw.x, 0.f, 0.f);
+        }
       }
       ss.rows[it & 1][tid] = r;
+      if constexpr (kGProj) ss.lam_lo[it & 1][tid] = lo;
     }
+  };
+  // The 32-bit word holding elements (query q, key j) and (q + 1, j) of a (query, key) tile.
+  auto pair_at = [](auto& tile, int q, int j) -> uint32_t& {
+    return *reinterpret_cast<uint32_t*>(&tile(q, j));
+  };
+  auto pack = [](float x0, float x1) {
+    Element e[2] = {static_cast<Element>(x0), static_cast<Element>(x1)};
+    return *reinterpret_cast<uint32_t*>(e);
   };
 
   if (n_items > 0) {
@@ -230,7 +278,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     ss.barrier_kv.wait(0);
     PipelineState rd;
     for (int it = 0; it < n_items; ++it) {
-      const int h = hk * group + it / tiles_per_head, mb = mb_min + it % tiles_per_head;
+      const int hg = it / tiles_per_head;
+      const int h = hk * group + hg, mb = mb_min + it % tiles_per_head;
       const int i0 = mb * kBlockM;
       Tensor tSrS = partition_fragment_C(mma_sdp, shape_s);
       Tensor tSrDP = partition_fragment_C(mma_sdp, shape_s);
@@ -240,70 +289,127 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       load_rows(it + 1);  // published by this tile's consumers_sync below
       warpgroup_wait<0>();
 
-      // P^T and dS^T in place (fp32), with FA3's arithmetic: p = exp2(fma(s, c, -lse2)).
       Tensor s_rc = make_tensor(tSrS.data(), acc_rowcol(tSrS.layout()));
       Tensor dp_rc = make_tensor(tSrDP.data(), acc_rowcol(tSrDP.layout()));
+      Tensor sDSb = sDS(_, _, it & 1);
+      Tensor sPTb = sPT(_, _, it & 1);
       const bool partial = mask.tile_partial(i0, i0 + kBlockM, n0, n0 + kBlockN);
+      // P^T and dS^T in place, rounded once (s <- P~, dp <- dS~ as fp32 values); dS~ (and P~)
+      // also into shared memory for the dQ GEMMs, as (query, key) pairs of adjacent queries.
       CUTLASS_PRAGMA_UNROLL
-      for (int j = 0; j < size<1>(s_rc); ++j) {
+      for (int j = 0; j < size<1>(s_rc); j += 2) {
         const int qi = get<1>(c_rc(0, j));
-        const float2 row = ss.rows[it & 1][qi];
+        const float4 row[2] = {ss.rows[it & 1][qi], ss.rows[it & 1][qi + 1]};
         CUTLASS_PRAGMA_UNROLL
-        for (int r = 0; r < size<0>(s_rc); ++r) {
-          const bool vis = !partial || mask.visible(i0 + qi, n0 + get<0>(c_rc(r, j)));
-          const float pv = vis ? exp2_approx(fmaf(s_rc(r, j), c, -row.x)) : 0.f;
-          s_rc(r, j) = pv;
-          dp_rc(r, j) = pv * (dp_rc(r, j) - row.y);
+        for (int r = 0; r < kRows; ++r) {
+          const int kj = get<0>(c_rc(r, j));
+          CUTLASS_PRAGMA_UNROLL
+          for (int e = 0; e < 2; ++e) {
+            const bool vis = !partial || mask.visible(i0 + qi + e, n0 + kj);
+            float pv, ds;
+            if constexpr (kGProj) {  // exp2(fma(s - m, c, -log2 l)): the exact-max P
+              pv = vis ? exp2_approx(fmaf(s_rc(r, j + e) - row[e].x, c, -row[e].y)) : 0.f;
+              ds = pv * (dp_rc(r, j + e) - row[e].z);
+            } else {  // FA3: exp2(fma(s, c, -lse2))
+              pv = vis ? exp2_approx(fmaf(s_rc(r, j + e), c, -row[e].x)) : 0.f;
+              ds = pv * (dp_rc(r, j + e) - row[e].y);
+            }
+            s_rc(r, j + e) = round_to<T>(pv);
+            dp_rc(r, j + e) = round_to<T>(ds);
+          }
+          pair_at(sDSb, qi, kj) = pack(dp_rc(r, j), dp_rc(r, j + 1));
+          if constexpr (kGProj) pair_at(sPTb, qi, kj) = pack(s_rc(r, j), s_rc(r, j + 1));
         }
       }
-      // Rounded once: the A operands of dV and dK, and dS~ for dQ (the same values).
       Tensor tOrP = make_tensor_like<Element>(tSrS);
-      Tensor tOrDS = make_tensor_like<Element>(tSrDP);
       CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < size(tSrS); ++i) {
-        tOrP(i) = static_cast<Element>(tSrS(i));
-        tOrDS(i) = static_cast<Element>(tSrDP(i));
+      for (int i = 0; i < size(tSrS); ++i) tOrP(i) = static_cast<Element>(tSrS(i));  // exact
+      wg_gemm<false>(mma_kv, make_tensor(tOrP.data(), acc_to_a_layout(tSrS.layout())),
+                     tKVrDOt(_, _, _, rd.index()), tdVrdV);
+      if constexpr (kGProj) {
+        // A = dS~ - lambda P~ in fp32 (every row sums to zero to fp32 rounding), as three
+        // rounded parts hi + mid + lo (~24 bits: see bwd_dkdv_kernel.cuh for why three).
+        Tensor tAhi = make_tensor_like<Element>(tSrS);
+        Tensor tAmid = make_tensor_like<Element>(tSrS);
+        Tensor tAlo = make_tensor_like<Element>(tSrS);
+        Tensor hi_rc = make_tensor(tAhi.data(), acc_rowcol(tSrS.layout()));
+        Tensor mid_rc = make_tensor(tAmid.data(), acc_rowcol(tSrS.layout()));
+        Tensor lo_rc = make_tensor(tAlo.data(), acc_rowcol(tSrS.layout()));
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < size<1>(s_rc); ++j) {
+          const int qi = get<1>(c_rc(0, j));
+          const float lam_hi = ss.rows[it & 1][qi].w, lam_lo = ss.lam_lo[it & 1][qi];
+          CUTLASS_PRAGMA_UNROLL
+          for (int r = 0; r < kRows; ++r) {
+            const float pt = s_rc(r, j);
+            const float a = fmaf(-lam_lo, pt, fmaf(-lam_hi, pt, dp_rc(r, j)));
+            const float hi = round_to<T>(a), r1 = a - hi;
+            const float mid = round_to<T>(r1), lo = round_to<T>(r1 - mid);
+            hi_rc(r, j) = static_cast<Element>(hi);
+            mid_rc(r, j) = static_cast<Element>(mid);
+            lo_rc(r, j) = static_cast<Element>(lo);
+            colsum[r] += double(hi) + double(mid) + double(lo);
+          }
+        }
+        wg_gemm<false>(mma_kv, make_tensor(tAhi.data(), acc_to_a_layout(tSrS.layout())),
+                       tKVrQct(_, _, _, rd.index()), tdKrdK);
+        wg_gemm<false>(mma_kv, make_tensor(tAmid.data(), acc_to_a_layout(tSrS.layout())),
+                       tKVrQct(_, _, _, rd.index()), tdKrdK);
+        wg_gemm<false>(mma_kv, make_tensor(tAlo.data(), acc_to_a_layout(tSrS.layout())),
+                       tKVrQct(_, _, _, rd.index()), tdKrdK);
+        warpgroup_wait<0>();  // the A parts' registers are free again before dQ's accumulators
+      } else {
+        Tensor tOrDS = make_tensor_like<Element>(tSrDP);
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < size(tSrDP); ++i) tOrDS(i) = static_cast<Element>(tSrDP(i));
+        wg_gemm<false>(mma_kv, make_tensor(tOrDS.data(), acc_to_a_layout(tSrDP.layout())),
+                       tKVrQt(_, _, _, rd.index()), tdKrdK);
       }
-      Tensor tOrPa = make_tensor(tOrP.data(), acc_to_a_layout(tSrS.layout()));
-      Tensor tOrDSa = make_tensor(tOrDS.data(), acc_to_a_layout(tSrDP.layout()));
-      wg_gemm<false>(mma_kv, tOrPa, tKVrDOt(_, _, _, rd.index()), tdVrdV);
-      wg_gemm<false>(mma_kv, tOrDSa, tKVrQt(_, _, _, rd.index()), tdKrdK);
 
-      // dS~ into shared memory as (query, key) for the dQ GEMM. Accumulator elements i, i+1 are
-      // adjacent queries of one key, adjacent in this query-contiguous layout too (the swizzle
-      // moves 16-byte chunks): one 32-bit store per pair.
-      Tensor sDSb = sDS(_, _, it & 1);
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < size(tOrDS); i += 2) {
-        Element pair[2] = {tOrDS(i), tOrDS(i + 1)};
-        *reinterpret_cast<uint32_t*>(&sDSb(get<1>(tScS(i)), get<0>(tScS(i)))) =
-            *reinterpret_cast<uint32_t*>(pair);
-      }
       cutlass::arch::fence_view_async_shared();  // generic-proxy writes -> WGMMA reads
       consumers_sync();
       Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});
+      Tensor tdQrPK = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});  // gproj
       wg_gemm<true>(mma_dq, tDQrDS(_, _, _, it & 1), tDQrKt, tdQrdQ);
+      if constexpr (kGProj) wg_gemm<true>(mma_dq, tDQrPT(_, _, _, it & 1), tDQrKt, tdQrPK);
       warpgroup_wait<0>();
       pipe_q.consumer_release(rd);
       ++rd;
 
-      // dq_accum += dS~ K (unscaled; rows past the end dropped).
-      float* acc = reinterpret_cast<float*>(p.dq_accum) + b * p.dq_stride[0] + h * p.dq_stride[2];
+      // dq_accum += dS~ K, pk_accum += P~ K (unscaled; rows past the end dropped).
+      const int64_t off = b * p.dq_stride[0] + h * p.dq_stride[2];
+      float* acc = reinterpret_cast<float*>(p.dq_accum) + off;
+      float* acc_pk = kGProj ? reinterpret_cast<float*>(p.pk_accum) + off : nullptr;
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < size(tdQrdQ); i += 2) {
         const int qi = get<0>(tdQcdQ(i)), col = get<1>(tdQcdQ(i));
         if (i0 + qi < seq.nq) {
-          float2* dst = reinterpret_cast<float2*>(
-              acc + int64_t(seq.q_start + i0 + qi) * p.dq_stride[1] + col);
-          atomicAdd(dst, make_float2(tdQrdQ(i), tdQrdQ(i + 1)));
+          const int64_t o = int64_t(seq.q_start + i0 + qi) * p.dq_stride[1] + col;
+          atomicAdd(reinterpret_cast<float2*>(acc + o), make_float2(tdQrdQ(i), tdQrdQ(i + 1)));
+          if constexpr (kGProj)
+            atomicAdd(reinterpret_cast<float2*>(acc_pk + o), make_float2(tdQrPK(i), tdQrPK(i + 1)));
+        }
+      }
+
+      if constexpr (kGProj) {
+        if (it % tiles_per_head == tiles_per_head - 1) {  // the head's last tile: rank-one
+          const T* cq = reinterpret_cast<const T*>(p.q_shift) + (int64_t(b) * p.heads + h) * kHeadDim;
+          Tensor dk_rc = make_tensor(tdKrdK.data(), acc_rowcol(tdKrdK.layout()));
+          Tensor dkc_rc = make_tensor(tdKcdK.data(), acc_rowcol(tdKcdK.layout()));
+          CUTLASS_PRAGMA_UNROLL
+          for (int r = 0; r < kRows; ++r) {
+            const double cs = quad_sum(colsum[r]);
+            colsum[r] = 0.0;
+            CUTLASS_PRAGMA_UNROLL
+            for (int j = 0; j < size<1>(dk_rc); ++j)
+              dk_rc(r, j) += float(cs * double(to_float(cq[get<1>(dkc_rc(r, j))])));
+          }
         }
       }
     }
   }
-  (void)consumer;
 
   // ---------------- epilogue: dK = alpha dK, dV, rows past the end dropped ----------------
-  Tensor tdKcdK = thr_kv.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
   const int64_t k_row0 = seq.k_start + n0;
   T* gDK = reinterpret_cast<T*>(p.dk) + b * p.dk_stride[0] + k_row0 * p.dk_stride[1] + hk * p.dk_stride[2];
   T* gDV = reinterpret_cast<T*>(p.dv) + b * p.dv_stride[0] + k_row0 * p.dv_stride[1] + hk * p.dv_stride[2];
@@ -324,9 +430,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 #endif
 }
 
-template <typename T, int kHeadDim>
+template <typename T, int kHeadDim, bool kGProj>
 void run_bwd_kv(const AttnParams& p, int total_q, int total_k) {
-  using Traits = BwdKvTraits<T, kHeadDim>;
+  using Traits = BwdKvTraits<T, kHeadDim, kGProj>;
   const bool varlen = p.cu_seqlens_q != 0;
   BwdKvParams<Traits> prm;
   prm.p = p;
@@ -337,10 +443,19 @@ void run_bwd_kv(const AttnParams& p, int total_q, int total_k) {
   auto tile_q = Shape<Int<Traits::kBlockM>, Int<kHeadDim>>{};
   auto tile_k = Shape<Int<Traits::kBlockN>, Int<kHeadDim>>{};
   auto q_smem = take<0, 2>(typename Traits::SmemLayoutQ{});
-  prm.tma_q = make_tma_copy(SM90_TMA_LOAD{}, tma_gmem<E>(p.q, prm.rows_q, kHeadDim, p.heads, prm.batch_q, p.q_stride, varlen), q_smem, tile_q, _1{});
-  prm.tma_do = make_tma_copy(SM90_TMA_LOAD{}, tma_gmem<E>(p.dout, prm.rows_q, kHeadDim, p.heads, prm.batch_q, p.do_stride, varlen), q_smem, tile_q, _1{});
-  prm.tma_k = make_tma_copy(SM90_TMA_LOAD{}, tma_gmem<E>(p.k, prm.rows_k, kHeadDim, p.heads_k, prm.batch_q, p.k_stride, varlen), typename Traits::SmemLayoutK{}, tile_k, _1{});
-  prm.tma_v = make_tma_copy(SM90_TMA_LOAD{}, tma_gmem<E>(p.v, prm.rows_k, kHeadDim, p.heads_k, prm.batch_q, p.v_stride, varlen), typename Traits::SmemLayoutK{}, tile_k, _1{});
+  auto tma_q = [&](uint64_t ptr, const int64_t (&st)[3]) {
+    return make_tma_copy(SM90_TMA_LOAD{}, tma_gmem<E>(ptr, prm.rows_q, kHeadDim, p.heads, prm.batch_q, st, varlen),
+                         q_smem, tile_q, _1{});
+  };
+  auto tma_k = [&](uint64_t ptr, const int64_t (&st)[3]) {
+    return make_tma_copy(SM90_TMA_LOAD{}, tma_gmem<E>(ptr, prm.rows_k, kHeadDim, p.heads_k, prm.batch_q, st, varlen),
+                         typename Traits::SmemLayoutK{}, tile_k, _1{});
+  };
+  prm.tma_q = tma_q(p.q, p.q_stride);
+  prm.tma_do = tma_q(p.dout, p.do_stride);
+  prm.tma_qc = kGProj ? tma_q(p.q_centered, p.qc_stride) : prm.tma_q;
+  prm.tma_k = tma_k(p.k, p.k_stride);
+  prm.tma_v = tma_k(p.v, p.v_stride);
   auto kernel = bwd_kv_sm90_kernel<Traits>;
   const int smem = Traits::kSmemBytes;
   const dim3 grid((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, p.heads_k, p.batch);

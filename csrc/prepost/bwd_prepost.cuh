@@ -1,8 +1,9 @@
 // Pre- and post-processing of the Hopper KV-outer backward (bwd_kv_sm90.cuh):
 //   delta_kernel:     rowstate = {delta, 0, 0, 0}, delta_i = Σ_d dO_id O_id in fp32 (fa3 mode;
 //                     gproj gets delta together with lambda from the λ pre-pass);
-//   dq_finish_kernel: dQ = alpha * dq_accum rounded once to the input dtype (the KV-outer pass
-//                     adds each key tile's dS~ K into dq_accum in fp32).
+//   dq_finish_kernel: dQ = alpha * dq_accum (gproj: alpha (dq_accum - lambda_hi pk_accum))
+//                     rounded once to the input dtype (the KV-outer pass adds each key tile's
+//                     dS~ K, P~ K into them in fp32).
 // Both are memory-bound: one warp per (row, head).
 #pragma once
 #include <cuda_runtime.h>
@@ -41,7 +42,9 @@ __global__ void __launch_bounds__(32 * kPrepostWarps) delta_kernel(const AttnPar
         make_float4(acc, 0.f, 0.f, 0.f);
 }
 
-template <typename T, int D>
+// gproj: dQ = alpha (dS~K - lambda_hi P~K), the two fp32 sums combined once (reference.py's
+// order: the product rounded, then the difference, then the scale).
+template <typename T, int D, bool kGProj>
 __global__ void __launch_bounds__(32 * kPrepostWarps) dq_finish_kernel(const AttnParams p) {
   const int lane = threadIdx.x & 31, r = blockIdx.x * kPrepostWarps + (threadIdx.x >> 5);
   const int h = blockIdx.y, b = blockIdx.z;
@@ -51,9 +54,20 @@ __global__ void __launch_bounds__(32 * kPrepostWarps) dq_finish_kernel(const Att
                       h * p.dq_stride[2];
   const float* acc = reinterpret_cast<const float*>(p.dq_accum) + off;
   T* dq = reinterpret_cast<T*>(p.dq) + off;
+  float lam = 0.f;
+  const float* pk = nullptr;
+  if constexpr (kGProj) {
+    lam = reinterpret_cast<const float4*>(p.rowstate)[rowstat_index(p, b, h, seq.q_start + r)].y;
+    pk = reinterpret_cast<const float*>(p.pk_accum) + off;
+  }
   for (int c = 2 * lane; c < D; c += 64) {
-    const float2 x = *reinterpret_cast<const float2*>(acc + c);
-    *reinterpret_cast<uint32_t*>(dq + c) = pack2<T>(p.softmax_scale * x.x, p.softmax_scale * x.y);
+    float2 x = *reinterpret_cast<const float2*>(acc + c);
+    if constexpr (kGProj) {
+      const float2 y = *reinterpret_cast<const float2*>(pk + c);
+      x = make_float2(__fsub_rn(x.x, __fmul_rn(lam, y.x)), __fsub_rn(x.y, __fmul_rn(lam, y.y)));
+    }
+    *reinterpret_cast<uint32_t*>(dq + c) =
+        pack2<T>(__fmul_rn(p.softmax_scale, x.x), __fmul_rn(p.softmax_scale, x.y));
   }
 }
 
@@ -65,11 +79,11 @@ void launch_delta(const AttnParams& p) {
   check_cuda(cudaGetLastError(), "backward delta pre-pass");
 }
 
-template <typename T, int D>
+template <typename T, int D, bool kGProj>
 void launch_dq_finish(const AttnParams& p) {
   const dim3 grid((p.seqlen_q + kPrepostWarps - 1) / kPrepostWarps, p.heads, p.batch);
   if (grid.x == 0) return;
-  dq_finish_kernel<T, D><<<grid, 32 * kPrepostWarps, 0, reinterpret_cast<cudaStream_t>(p.stream)>>>(p);
+  dq_finish_kernel<T, D, kGProj><<<grid, 32 * kPrepostWarps, 0, reinterpret_cast<cudaStream_t>(p.stream)>>>(p);
   check_cuda(cudaGetLastError(), "backward dQ finish");
 }
 

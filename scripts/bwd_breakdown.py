@@ -1,0 +1,56 @@
+"""Where the Hopper backward's time goes (d=128, bf16, B*N = 16k tokens, H = 16): the whole
+backward per numerics mode and backend, and its pieces (key/query centering, the λ pre-pass, the
+KV-outer pass alone), CUDA-event medians. Usage: python scripts/bwd_breakdown.py [N ...]"""
+import sys
+
+import torch
+
+from gproj_cuda import _ext
+from gproj_cuda.ops import _params, _strides3, backward_cuda, center_keys_cuda, forward_cuda
+
+
+def timed(fn, reps=20):
+    for _ in range(3):
+        fn()
+    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+          for _ in range(reps)]
+    for a, b in ev:
+        a.record()
+        fn()
+        b.record()
+    torch.cuda.synchronize()
+    return sorted(a.elapsed_time(b) for a, b in ev)[reps // 2]
+
+
+def main():
+    for n in [int(x) for x in sys.argv[1:]] or [4096, 16384]:
+        B, H, d = 16384 // n, 16, 128
+        q, k, v, do = (torch.randn(B, n, H, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+        s = d ** -0.5
+        row = {}
+        for num in ("fa3", "gproj"):
+            out, _, st = forward_cuda(q, k, v, None, None, n, n, s, -1, -1, num)
+            for hop in (False, True):
+                row[f"{num} bwd {'hopper' if hop else 'mma.sync'}"] = timed(
+                    lambda: backward_cuda(do, q, k, v, out, st, None, None, n, n, s, -1, -1, num,
+                                          hopper=hop))
+        out, _, st = forward_cuda(q, k, v, None, None, n, n, s, -1, -1, "gproj")
+        row["center K (or Q)"] = timed(lambda: center_keys_cuda(k, None, n))
+        kc, _ = center_keys_cuda(k, None, n)
+        p = _params(q, kc, v, None, None, n, n, s, -1, -1, "gproj")
+        rowstate = torch.empty(st.shape[:-1] + (4,), device="cuda")
+        p.stats, p.rowstate = st.data_ptr(), rowstate.data_ptr()
+        p.out, p.o_stride = out.data_ptr(), _strides3(out, False)
+        p.dout, p.do_stride = do.data_ptr(), _strides3(do, False)
+        dq = torch.empty_like(q)
+        p.dq, p.dq_stride = dq.data_ptr(), _strides3(dq, False)
+        p.backward_passes = 4
+        row["gproj λ pre-pass"] = timed(lambda: _ext.extension().backward(p))
+        flops = 4 * B * H * n * n * d * 2.5
+        print(f"N={n} B={B} H={H} d={d} (bwd FLOPs {flops / 1e12:.2f} T)")
+        for name, ms in row.items():
+            print(f"  {name:24s} {ms:8.3f} ms  {flops / ms / 1e9:6.0f} TFLOPS-equiv")
+
+
+if __name__ == "__main__":
+    main()

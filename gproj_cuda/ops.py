@@ -191,8 +191,6 @@ def backward_cuda(dout, q, k, v, out, stats, cu_q, cu_k, max_q, max_k, scale, wl
         dq_accum = torch.zeros(dq.shape, dtype=torch.float32, device=q.device)  # dq's strides
         p.dq_accum = dq_accum.data_ptr()
         if numerics == "gproj":
-            pk_accum = torch.zeros(dq.shape, dtype=torch.float32, device=q.device)
-            p.pk_accum = pk_accum.data_ptr()
             p.q_centered, p.qc_stride = q_centered.data_ptr(), _strides3(q_centered, varlen)
         p.backward_passes = 8
         _ext.extension().backward(p)

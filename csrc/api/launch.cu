@@ -209,7 +209,6 @@ int run_backward(const AttnParams& p, char* err, size_t err_len) {
         if (p.dtype != int(DType::kBF16)) fail("backward_passes 8 (Hopper backward) with gproj numerics: bf16 only so far (fp16 takes the mma.sync passes)");
         require_ptr(p.q_centered, "q_centered (Q - q_shift)");
         require_strides(p.qc_stride, "q_centered", varlen);
-        require_ptr(p.pk_accum, "pk_accum (fp32, zero-filled, dq's strides)");
         require_ptr(p.out, "out");
         require_strides(p.o_stride, "out", varlen);
       }

@@ -116,7 +116,7 @@ void backward_impl(const AttnParams& p) {
         if constexpr (std::is_same<T, bf16>::value) {
           sm90::run_lambda_prepass<T, D>(p, p.total_q, p.total_k);  // delta, lambda
           sm90::run_bwd_kv<T, D, true>(p, p.total_q, p.total_k);
-          launch_dq_finish<T, D, true>(p);
+          launch_dq_finish<T, D, false>(p);  // lambda is in dq_accum already
         }
       } else {
         launch_delta<T, D>(p);

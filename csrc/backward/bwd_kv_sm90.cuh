@@ -12,15 +12,17 @@
 //   dV  += P~^T dO,  dK += dS~^T Q          WGMMA, A (P~, dS~) straight from registers
 //   dQ   = dS~ K                            WGMMA from shared memory (dS~ written there by both
 //                                           warpgroups; each computes half of the head dim)
-//   dq_accum += dQ                          fp32 atomics (order varies: not deterministic)
+//   dq_accum += dQ                          fa3: bulk reduce-add of each warpgroup's fp32 tile
+//                                           from shared memory; gproj: fp32 atomics (shared
+//                                           memory is full). Order varies: not deterministic.
 // fa3: 5 GEMM-equivalents per (query tile, key tile), as FlashAttention-3.
 // gproj (SPEC section 3, the arithmetic of the mma.sync passes and reference.py): delta and
 // lambda = r / s (fp64 row sums of exactly the rounded dS~, P~ the GEMMs consume) come from the λ
 // pre-pass (bwd_lambda_sm90.cuh, 2 GEMM-equivalents); here A = dS~ - lambda P~ in fp32 (lambda as
 // hi + lo), split into three rounded parts, dK += part^T Q' against the centered queries Q' = Q
-// - c_q (loaded by TMA beside Q), plus c_q (x) colsum(A) (fp64) per head; dQ = dS~ K - lambda_hi
-// P~ K from two fp32 sums (dq_accum, pk_accum), combined once by dq_finish_kernel. S, dP, dV,
-// 3 x dK, 2 x dQ: 8 GEMM-equivalents, 10 with the pre-pass.
+// - c_q (loaded by TMA beside Q), plus c_q (x) colsum(A) (fp64) per head; dQ += dS~ K -
+// lambda_hi P~ K per key tile, combined in fp32 registers (two GEMMs: never re-rounded through
+// dS~ - lambda P~). S, dP, dV, 3 x dK, 2 x dQ: 8 GEMM-equivalents, 10 with the pre-pass.
 // dK and dV of a key are summed over the whole group inside one block (no atomics); dQ is rounded
 // once by dq_finish_kernel. fa3's delta comes from delta_kernel (bwd_prepost.cuh).
 #pragma once
@@ -77,16 +79,27 @@ struct BwdKvTraits {
   using TmaQ = TmaLoad<Element, decltype(take<0, 2>(SmemLayoutQ{})), Shape<BM, HD>>;
   using TmaK = TmaLoad<Element, SmemLayoutK, Shape<BN, HD>>;
 
-  // gproj: Q' stages and P~ buffers too. 224 KB of tiles + 2.5 KB of row state: the struct
-  // (1024-aligned) is 227 KB, the most a block may have.
+  // 224 KB of tiles + 2.5 KB of row state: the struct (1024-aligned) is 227 KB, the most a
+  // block may have.
   struct SharedStorage {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> v;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> dout;
-    cute::array_aligned<Element, (kGProj ? cute::cosize_v<SmemLayoutQ> : 1), 1024> qc;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutDS>, 1024> ds;
-    cute::array_aligned<Element, (kGProj ? cute::cosize_v<SmemLayoutDS> : 1), 1024> pt;
+    // gproj: Q' stages and P~ buffers; fa3: each consumer's dQ tile in fp32 (double buffered)
+    // for the bulk reduce-add into dq_accum. 64 KB either way.
+    struct GProjTiles {
+      cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> qc;
+      cute::array_aligned<Element, cute::cosize_v<SmemLayoutDS>, 1024> pt;
+    };
+    struct DqTiles {
+      alignas(1024) float dq[2][2][kBlockM * kHeadDim / 2];  // [consumer][buffer][row][d / 2]
+    };
+    union alignas(1024) {
+      GProjTiles g;
+      DqTiles d;
+    } extra;
     // Row state per query tile (double buffered): fa3 {lse2, delta, -, -}; gproj {m, log2 l,
     // delta, lambda hi} and lambda lo.
     float4 rows[2][kBlockM];
@@ -163,12 +176,12 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   Tensor sKt = make_tensor(make_smem_ptr(ss.k.data()), typename Traits::SmemLayoutKt{});
   Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), typename Traits::SmemLayoutQ{});
   Tensor sDO = make_tensor(make_smem_ptr(ss.dout.data()), typename Traits::SmemLayoutQ{});
-  Tensor sQc = make_tensor(make_smem_ptr(ss.qc.data()), typename Traits::SmemLayoutQ{});
+  Tensor sQc = make_tensor(make_smem_ptr(ss.extra.g.qc.data()), typename Traits::SmemLayoutQ{});
   Tensor sQt = make_tensor(make_smem_ptr(ss.q.data()), typename Traits::SmemLayoutQt{});
-  Tensor sQct = make_tensor(make_smem_ptr(ss.qc.data()), typename Traits::SmemLayoutQt{});
+  Tensor sQct = make_tensor(make_smem_ptr(ss.extra.g.qc.data()), typename Traits::SmemLayoutQt{});
   Tensor sDOt = make_tensor(make_smem_ptr(ss.dout.data()), typename Traits::SmemLayoutQt{});
   Tensor sDS = make_tensor(make_smem_ptr(ss.ds.data()), typename Traits::SmemLayoutDS{});
-  Tensor sPT = make_tensor(make_smem_ptr(ss.pt.data()), typename Traits::SmemLayoutDS{});
+  Tensor sPT = make_tensor(make_smem_ptr(ss.extra.g.pt.data()), typename Traits::SmemLayoutDS{});
   const int bq = p.cu_seqlens_q ? 0 : b;
 
   if (wg == 0) {
@@ -208,6 +221,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   // ---------------- consumers ----------------
   cutlass::arch::warpgroup_reg_alloc<240>();
   const int tid = threadIdx.x - 128;
+  const int consumer = tid / 128;
   typename Traits::TiledMmaSdP mma_sdp;
   typename Traits::TiledMmaKV mma_kv;
   typename Traits::TiledMmaDQ mma_dq;
@@ -366,6 +380,13 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
                        tKVrQt(_, _, _, rd.index()), tdKrdK);
       }
 
+      // gproj: lambda_hi of this thread's dQ rows, read before the barrier (after it, a faster
+      // thread may already be refilling ss.rows[it & 1] for tile it + 2).
+      float lam_dq[2] = {0.f, 0.f};
+      if constexpr (kGProj) {
+        lam_dq[0] = ss.rows[it & 1][get<0>(tdQcdQ(0))].w;
+        lam_dq[1] = ss.rows[it & 1][get<0>(tdQcdQ(2))].w;
+      }
       cutlass::arch::fence_view_async_shared();  // generic-proxy writes -> WGMMA reads
       consumers_sync();
       Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});
@@ -376,18 +397,44 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       pipe_q.consumer_release(rd);
       ++rd;
 
-      // dq_accum += dS~ K, pk_accum += P~ K (unscaled; rows past the end dropped).
-      const int64_t off = b * p.dq_stride[0] + h * p.dq_stride[2];
-      float* acc = reinterpret_cast<float*>(p.dq_accum) + off;
-      float* acc_pk = kGProj ? reinterpret_cast<float*>(p.pk_accum) + off : nullptr;
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < size(tdQrdQ); i += 2) {
-        const int qi = get<0>(tdQcdQ(i)), col = get<1>(tdQcdQ(i));
-        if (i0 + qi < seq.nq) {
-          const int64_t o = int64_t(seq.q_start + i0 + qi) * p.dq_stride[1] + col;
-          atomicAdd(reinterpret_cast<float2*>(acc + o), make_float2(tdQrdQ(i), tdQrdQ(i + 1)));
-          if constexpr (kGProj)
-            atomicAdd(reinterpret_cast<float2*>(acc_pk + o), make_float2(tdQrPK(i), tdQrPK(i + 1)));
+      // dq_accum += dS~ K (gproj: dS~ K - lambda_hi P~ K, this key tile's share; unscaled).
+      float* acc = reinterpret_cast<float*>(p.dq_accum) + b * p.dq_stride[0] + h * p.dq_stride[2];
+      if constexpr (kGProj) {  // fp32 atomics (shared memory is full)
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < size(tdQrdQ); i += 2) {
+          const int qi = get<0>(tdQcdQ(i)), col = get<1>(tdQcdQ(i));
+          const float lam = lam_dq[(i >> 1) & 1];  // accumulator rows alternate every pair
+          if (i0 + qi < seq.nq) {
+            const int64_t o = int64_t(seq.q_start + i0 + qi) * p.dq_stride[1] + col;
+            atomicAdd(reinterpret_cast<float2*>(acc + o),
+                      make_float2(__fsub_rn(tdQrdQ(i), __fmul_rn(lam, tdQrPK(i))),
+                                  __fsub_rn(tdQrdQ(i + 1), __fmul_rn(lam, tdQrPK(i + 1)))));
+          }
+        }
+      } else {
+        // The warpgroup's 64 x 64 dQ tile to shared memory, then one thread adds it to global
+        // memory row by row with bulk reduce-adds (L2 reduces whole lines: per-element atomics
+        // capped the pass at ~230 G fp32 adds/s on the H200).
+        constexpr int kHalf = kHeadDim / 2;
+        float* sdq = ss.extra.d.dq[consumer][it & 1];
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < size(tdQrdQ); i += 2) {
+          const int qi = get<0>(tdQcdQ(i)), col = get<1>(tdQcdQ(i)) - consumer * kHalf;
+          *reinterpret_cast<float2*>(sdq + qi * kHalf + col) = make_float2(tdQrdQ(i), tdQrdQ(i + 1));
+        }
+        cutlass::arch::fence_view_async_shared();  // generic-proxy writes -> bulk copy reads
+        asm volatile("bar.sync %0, 128;\n" ::"r"(11 + consumer) : "memory");
+        if (tid % 128 == 0) {
+          for (int qi = 0; qi < kBlockM && i0 + qi < seq.nq; ++qi) {
+            float* g = acc + int64_t(seq.q_start + i0 + qi) * p.dq_stride[1] + consumer * kHalf;
+            asm volatile(
+                "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(g),
+                "r"(smem_addr(sdq + qi * kHalf)), "n"(kHalf * 4) : "memory");
+          }
+          asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+          // The group before this one has been read: its buffer is rewritten at tile it + 1,
+          // after the next consumers_sync, which this thread reaches only after this wait.
+          asm volatile("cp.async.bulk.wait_group.read 1;\n" ::: "memory");
         }
       }
 
@@ -407,6 +454,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         }
       }
     }
+  }
+
+  if constexpr (!kGProj) {  // the last bulk reduce-adds complete before the block exits
+    if (tid % 128 == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
   }
 
   // ---------------- epilogue: dK = alpha dK, dV, rows past the end dropped ----------------

@@ -12,9 +12,7 @@
 //   dV  += P~^T dO,  dK += dS~^T Q          WGMMA, A (P~, dS~) straight from registers
 //   dQ   = dS~ K                            WGMMA from shared memory (dS~ written there by both
 //                                           warpgroups; each computes half of the head dim)
-//   dq_accum += dQ                          fa3: bulk reduce-add of each warpgroup's fp32 tile
-//                                           from shared memory; gproj: fp32 atomics (shared
-//                                           memory is full). Order varies: not deterministic.
+//   dq_accum += dQ                          fp32 atomics (order varies: not deterministic)
 // fa3: 5 GEMM-equivalents per (query tile, key tile), as FlashAttention-3.
 // gproj (SPEC section 3, the arithmetic of the mma.sync passes and reference.py): delta and
 // lambda = r / s (fp64 row sums of exactly the rounded dS~, P~ the GEMMs consume) come from the λ
@@ -79,27 +77,21 @@ struct BwdKvTraits {
   using TmaQ = TmaLoad<Element, decltype(take<0, 2>(SmemLayoutQ{})), Shape<BM, HD>>;
   using TmaK = TmaLoad<Element, SmemLayoutK, Shape<BN, HD>>;
 
-  // 224 KB of tiles + 2.5 KB of row state: the struct (1024-aligned) is 227 KB, the most a
-  // block may have.
+  // gproj: 224 KB of tiles + 2.5 KB of row state: the struct (1024-aligned) is 227 KB, the most
+  // a block may have.
+  struct GProjTiles {
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> qc;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutDS>, 1024> pt;
+  };
+  struct NoTiles {};
+  using ExtraTiles = std::conditional_t<kGProj, GProjTiles, NoTiles>;
   struct SharedStorage {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> v;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> dout;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutDS>, 1024> ds;
-    // gproj: Q' stages and P~ buffers; fa3: each consumer's dQ tile in fp32 (double buffered)
-    // for the bulk reduce-add into dq_accum. 64 KB either way.
-    struct GProjTiles {
-      cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> qc;
-      cute::array_aligned<Element, cute::cosize_v<SmemLayoutDS>, 1024> pt;
-    };
-    struct DqTiles {
-      alignas(1024) float dq[2][2][kBlockM * kHeadDim / 2];  // [consumer][buffer][row][d / 2]
-    };
-    union alignas(1024) {
-      GProjTiles g;
-      DqTiles d;
-    } extra;
+    ExtraTiles extra;  // gproj: Q' stages and P~ buffers
     // Row state per query tile (double buffered): fa3 {lse2, delta, -, -}; gproj {m, log2 l,
     // delta, lambda hi} and lambda lo.
     float4 rows[2][kBlockM];
@@ -176,12 +168,15 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   Tensor sKt = make_tensor(make_smem_ptr(ss.k.data()), typename Traits::SmemLayoutKt{});
   Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), typename Traits::SmemLayoutQ{});
   Tensor sDO = make_tensor(make_smem_ptr(ss.dout.data()), typename Traits::SmemLayoutQ{});
-  Tensor sQc = make_tensor(make_smem_ptr(ss.extra.g.qc.data()), typename Traits::SmemLayoutQ{});
+  Element* qc_ptr = nullptr;  // gproj only (fa3 builds the views but never uses them)
+  Element* pt_ptr = nullptr;
+  if constexpr (kGProj) qc_ptr = ss.extra.qc.data(), pt_ptr = ss.extra.pt.data();
+  Tensor sQc = make_tensor(make_smem_ptr(qc_ptr), typename Traits::SmemLayoutQ{});
   Tensor sQt = make_tensor(make_smem_ptr(ss.q.data()), typename Traits::SmemLayoutQt{});
-  Tensor sQct = make_tensor(make_smem_ptr(ss.extra.g.qc.data()), typename Traits::SmemLayoutQt{});
+  Tensor sQct = make_tensor(make_smem_ptr(qc_ptr), typename Traits::SmemLayoutQt{});
   Tensor sDOt = make_tensor(make_smem_ptr(ss.dout.data()), typename Traits::SmemLayoutQt{});
   Tensor sDS = make_tensor(make_smem_ptr(ss.ds.data()), typename Traits::SmemLayoutDS{});
-  Tensor sPT = make_tensor(make_smem_ptr(ss.extra.g.pt.data()), typename Traits::SmemLayoutDS{});
+  Tensor sPT = make_tensor(make_smem_ptr(pt_ptr), typename Traits::SmemLayoutDS{});
   const int bq = p.cu_seqlens_q ? 0 : b;
 
   if (wg == 0) {
@@ -221,7 +216,6 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   // ---------------- consumers ----------------
   cutlass::arch::warpgroup_reg_alloc<240>();
   const int tid = threadIdx.x - 128;
-  const int consumer = tid / 128;
   typename Traits::TiledMmaSdP mma_sdp;
   typename Traits::TiledMmaKV mma_kv;
   typename Traits::TiledMmaDQ mma_dq;
@@ -397,45 +391,21 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       pipe_q.consumer_release(rd);
       ++rd;
 
-      // dq_accum += dS~ K (gproj: dS~ K - lambda_hi P~ K, this key tile's share; unscaled).
+      // dq_accum += dS~ K (gproj: dS~ K - lambda_hi P~ K, this key tile's share; unscaled),
+      // fp32 atomics. (A bulk reduce-add of each warpgroup's tile from shared memory, issued by
+      // one thread per warpgroup, measured 1.7x slower: bench/NOTES.md.)
       float* acc = reinterpret_cast<float*>(p.dq_accum) + b * p.dq_stride[0] + h * p.dq_stride[2];
-      if constexpr (kGProj) {  // fp32 atomics (shared memory is full)
-        CUTLASS_PRAGMA_UNROLL
-        for (int i = 0; i < size(tdQrdQ); i += 2) {
-          const int qi = get<0>(tdQcdQ(i)), col = get<1>(tdQcdQ(i));
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < size(tdQrdQ); i += 2) {
+        const int qi = get<0>(tdQcdQ(i)), col = get<1>(tdQcdQ(i));
+        float2 x = make_float2(tdQrdQ(i), tdQrdQ(i + 1));
+        if constexpr (kGProj) {
           const float lam = lam_dq[(i >> 1) & 1];  // accumulator rows alternate every pair
-          if (i0 + qi < seq.nq) {
-            const int64_t o = int64_t(seq.q_start + i0 + qi) * p.dq_stride[1] + col;
-            atomicAdd(reinterpret_cast<float2*>(acc + o),
-                      make_float2(__fsub_rn(tdQrdQ(i), __fmul_rn(lam, tdQrPK(i))),
-                                  __fsub_rn(tdQrdQ(i + 1), __fmul_rn(lam, tdQrPK(i + 1)))));
-          }
+          x = make_float2(__fsub_rn(x.x, __fmul_rn(lam, tdQrPK(i))),
+                          __fsub_rn(x.y, __fmul_rn(lam, tdQrPK(i + 1))));
         }
-      } else {
-        // The warpgroup's 64 x 64 dQ tile to shared memory, then one thread adds it to global
-        // memory row by row with bulk reduce-adds (L2 reduces whole lines: per-element atomics
-        // capped the pass at ~230 G fp32 adds/s on the H200).
-        constexpr int kHalf = kHeadDim / 2;
-        float* sdq = ss.extra.d.dq[consumer][it & 1];
-        CUTLASS_PRAGMA_UNROLL
-        for (int i = 0; i < size(tdQrdQ); i += 2) {
-          const int qi = get<0>(tdQcdQ(i)), col = get<1>(tdQcdQ(i)) - consumer * kHalf;
-          *reinterpret_cast<float2*>(sdq + qi * kHalf + col) = make_float2(tdQrdQ(i), tdQrdQ(i + 1));
-        }
-        cutlass::arch::fence_view_async_shared();  // generic-proxy writes -> bulk copy reads
-        asm volatile("bar.sync %0, 128;\n" ::"r"(11 + consumer) : "memory");
-        if (tid % 128 == 0) {
-          for (int qi = 0; qi < kBlockM && i0 + qi < seq.nq; ++qi) {
-            float* g = acc + int64_t(seq.q_start + i0 + qi) * p.dq_stride[1] + consumer * kHalf;
-            asm volatile(
-                "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(g),
-                "r"(smem_addr(sdq + qi * kHalf)), "n"(kHalf * 4) : "memory");
-          }
-          asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-          // The group before this one has been read: its buffer is rewritten at tile it + 1,
-          // after the next consumers_sync, which this thread reaches only after this wait.
-          asm volatile("cp.async.bulk.wait_group.read 1;\n" ::: "memory");
-        }
+        if (i0 + qi < seq.nq)
+          atomicAdd(reinterpret_cast<float2*>(acc + int64_t(seq.q_start + i0 + qi) * p.dq_stride[1] + col), x);
       }
 
       if constexpr (kGProj) {
@@ -454,10 +424,6 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         }
       }
     }
-  }
-
-  if constexpr (!kGProj) {  // the last bulk reduce-adds complete before the block exits
-    if (tid % 128 == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
   }
 
   // ---------------- epilogue: dK = alpha dK, dV, rows past the end dropped ----------------

@@ -21,8 +21,9 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1)
         window_size: (left, right) sliding window, -1 = unbounded.
         numerics: "gproj" (default; correct gradients) or "fa3" (FlashAttention-3's arithmetic,
             for A/B comparisons).
-        deterministic: accepted for compatibility; the kernels are always deterministic (every
-            gradient element is summed by one block in a fixed order, no atomics).
+        deterministic: accepted for compatibility; the kernels are deterministic (every
+            gradient element is summed by one block in a fixed order, no atomics), except the
+            experimental Hopper backward that GPROJ_HOPPER_BWD=1 selects (fp32 atomics for dQ).
         return_lse: also return the natural-log LSE, (batch, heads, seqlen_q) fp32.
     Returns:
         out (like q), or (out, lse).

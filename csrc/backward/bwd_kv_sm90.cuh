@@ -452,10 +452,7 @@ void run_bwd_kv(const AttnParams& p, int total_q, int total_k) {
   using Traits = BwdKvTraits<T, kHeadDim, kGProj>;
   const bool varlen = p.cu_seqlens_q != 0;
   BwdKvParams<Traits> prm;
-  prm.p = p;
-  prm.rows_q = varlen ? total_q : p.seqlen_q;
-  prm.rows_k = varlen ? total_k : p.seqlen_k;
-  prm.batch_q = varlen ? 1 : p.batch;
+  set_tma_extents(prm, p, total_q, total_k);
   using E = typename Traits::Element;
   auto tile_q = Shape<Int<Traits::kBlockM>, Int<kHeadDim>>{};
   auto tile_k = Shape<Int<Traits::kBlockN>, Int<kHeadDim>>{};
@@ -477,10 +474,7 @@ void run_bwd_kv(const AttnParams& p, int total_q, int total_k) {
   const int smem = Traits::kSmemBytes;
   const dim3 grid((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, p.heads_k, p.batch);
   if (grid.x == 0) return;
-  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
-             "KV-outer backward (sm90)");
-  kernel<<<grid, Traits::kNumThreads, smem, reinterpret_cast<cudaStream_t>(p.stream)>>>(prm);
-  check_cuda(cudaGetLastError(), "KV-outer backward (sm90)");
+  launch_sm90(kernel, grid, Traits::kNumThreads, smem, prm, p, "KV-outer backward (sm90)");
 }
 
 }  // namespace sm90

@@ -240,10 +240,7 @@ void run_lambda_prepass(const AttnParams& p, int total_q, int total_k) {
   using Traits = LambdaTraits<T, kHeadDim, LambdaTiles<kHeadDim>::kBlockN>;
   const bool varlen = p.cu_seqlens_q != 0;
   LambdaKernelParams<Traits> prm;
-  prm.p = p;
-  prm.rows_q = varlen ? total_q : p.seqlen_q;
-  prm.rows_k = varlen ? total_k : p.seqlen_k;
-  prm.batch_q = varlen ? 1 : p.batch;
+  set_tma_extents(prm, p, total_q, total_k);
   prm.tma_q = make_tma_q<Traits>(p.q, prm.rows_q, p.heads, prm.batch_q, p.q_stride, varlen);
   prm.tma_do = make_tma_q<Traits>(p.dout, prm.rows_q, p.heads, prm.batch_q, p.do_stride, varlen);
   prm.tma_k = make_tma_kv<Traits>(p.k, prm.rows_k, p.heads_k, prm.batch_q, p.k_stride, varlen);
@@ -252,10 +249,7 @@ void run_lambda_prepass(const AttnParams& p, int total_q, int total_k) {
   const int smem = Traits::kSmemBytes;
   const dim3 grid((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.heads, p.batch);
   if (grid.x == 0) return;
-  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
-             "lambda pre-pass (sm90)");
-  kernel<<<grid, Traits::kNumThreads, smem, reinterpret_cast<cudaStream_t>(p.stream)>>>(prm);
-  check_cuda(cudaGetLastError(), "lambda pre-pass (sm90)");
+  launch_sm90(kernel, grid, Traits::kNumThreads, smem, prm, p, "lambda pre-pass (sm90)");
 }
 
 }  // namespace sm90

@@ -124,6 +124,26 @@ typename Tiles::TmaKV make_tma_kv(uint64_t ptr, int rows, int heads, int batch,
                        take<0, 2>(typename Tiles::SmemLayoutK{}), select<1, 2>(typename Tiles::TileShape{}), _1{});
 }
 
+// Host: the extents of every sm90 kernel's TMA tensors (varlen: the packed rows, one batch entry).
+template <class Prm>
+void set_tma_extents(Prm& prm, const AttnParams& p, int total_q, int total_k) {
+  const bool varlen = p.cu_seqlens_q != 0;
+  prm.p = p;
+  prm.rows_q = varlen ? total_q : p.seqlen_q;
+  prm.rows_k = varlen ? total_k : p.seqlen_k;
+  prm.batch_q = varlen ? 1 : p.batch;
+}
+
+// Host: opt the kernel in to its shared memory (done on every launch, so that a kernel first
+// used on a second device is set up too) and launch it on the caller's stream.
+template <class Kernel, class Prm>
+void launch_sm90(Kernel kernel, dim3 grid, int threads, int smem, const Prm& prm,
+                 const AttnParams& p, const char* name) {
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), name);
+  kernel<<<grid, threads, smem, reinterpret_cast<cudaStream_t>(p.stream)>>>(prm);
+  check_cuda(cudaGetLastError(), name);
+}
+
 template <typename T_, int kHeadDim_, int kBlockN_, int kStages_, bool kPingpong_,
           bool kPersistent_>
 struct FwdTraits : Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_> {
@@ -581,10 +601,7 @@ void run_forward(const AttnParams& p, int total_q, int total_k) {
                            (kVariant >= 3)>;
   const bool varlen = p.cu_seqlens_q != 0;
   FwdKernelParams<Traits> prm;
-  prm.p = p;
-  prm.rows_q = varlen ? total_q : p.seqlen_q;
-  prm.rows_k = varlen ? total_k : p.seqlen_k;
-  prm.batch_q = varlen ? 1 : p.batch;
+  set_tma_extents(prm, p, total_q, total_k);
   prm.tma_q = make_tma_q<Traits>(p.q, prm.rows_q, p.heads, prm.batch_q, p.q_stride, varlen);
   prm.tma_k = make_tma_kv<Traits>(p.k, prm.rows_k, p.heads_k, prm.batch_q, p.k_stride, varlen);
   prm.tma_v = make_tma_kv<Traits>(p.v, prm.rows_k, p.heads_k, prm.batch_q, p.v_stride, varlen);
@@ -604,10 +621,7 @@ void run_forward(const AttnParams& p, int total_q, int total_k) {
     prm.sched_group = int(std::max<int64_t>(1, std::min<int64_t>(int64_t(p.heads) * p.batch,
                                                                  (l2 / 2) / kv_bytes)));
   }
-  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
-             "forward (sm90)");
-  kernel<<<grid, Traits::kNumThreads, smem, reinterpret_cast<cudaStream_t>(p.stream)>>>(prm);
-  check_cuda(cudaGetLastError(), "forward (sm90)");
+  launch_sm90(kernel, grid, Traits::kNumThreads, smem, prm, p, "forward (sm90)");
 }
 
 }  // namespace sm90

@@ -5,8 +5,10 @@
 #
 #   bash bench/run_x2.sh check numerics ring speed   # command A
 #   PT_GPUS=2 bash bench/run_h200.sh pretrain        # command B: six pretraining arms on 2 GPUs
-#   bash bench/run_x2.sh sanitize variants           # next: sanitizers, sm90 forward variants A/B
-# (sanitize and variants use one GPU: they run on nvidia-h200 as well)
+#   bash bench/run_x2.sh sanitize variants           # sanitizers, sm90 forward variants A/B
+#   PROBE= HBS=1 BWDVS="0 1" HB_IMPLS=gproj_cuda/gproj,gproj_cuda/fa3,sdpa_cudnn bash bench/run_x2.sh hopper
+#                                                    # next: the Hopper backward's variants A/B
+# (sanitize, variants and hopper use one GPU: they run on nvidia-h200 as well)
 source "$(dirname "$0")/_gpu_env.sh"
 
 SPEED_SHAPES="--hdims 128 --seqlens 2048,4096,8192,16384 --gqa-seqlens 16384 --varlen-means 4096 --flex-hdims 128"
@@ -76,13 +78,17 @@ hopper() {   # the Hopper KV-outer backward (fa3, d=128) and the persistent forw
   echo "$(el) pytest hopper rc=$?: $(tail -n 1 "$OUT/pytest_hopper.log")"
   grep -E "^FAILED|Error:|assert" "$OUT/pytest_hopper.log" | head -12
   [ -n "${PROBE-1}" ] && timeout 150 python3 scripts/probe_fwd_variant.py 3 15 | tee "$OUT/probe_variant3.log" | grep -v "ok " | head
-  for HB in ${HBS:-0 1}; do
-    GPROJ_HOPPER_BWD=$HB timeout "${HB_S:-80}" python3 bench/speed.py --impls ${HB_IMPLS:-gproj_cuda/fa3,sdpa_cudnn} \
+  # HBS: GPROJ_HOPPER_BWD values; BWDVS: GPROJ_BWD_VARIANT values (the Hopper backward's variants)
+  for HB in ${HBS:-0 1}; do for BV in ${BWDVS:-0}; do
+    local tag="$HB$([ "$BV" = 0 ] || echo "_v$BV")"
+    GPROJ_HOPPER_BWD=$HB GPROJ_BWD_VARIANT=$BV timeout "${HB_S:-80}" python3 bench/speed.py \
+      --impls ${HB_IMPLS:-gproj_cuda/fa3,sdpa_cudnn} \
       --ops bwd --hdims 128 --seqlens 2048,4096,8192,16384 --gqa-seqlens 16384 --varlen-means '' \
-      --budget-s 0.2 --pause 0.05 --out "$OUT/bwd_hopper$HB.json" --md "$OUT/bwd_hopper$HB.md" \
-      > "$OUT/bwd_hopper$HB.log" 2>&1
-    echo "$(el) backward speed GPROJ_HOPPER_BWD=$HB rc=$?"; grep "| 128" "$OUT/bwd_hopper$HB.md"
-  done
+      --budget-s 0.2 --pause 0.05 --out "$OUT/bwd_hopper$tag.json" --md "$OUT/bwd_hopper$tag.md" \
+      > "$OUT/bwd_hopper$tag.log" 2>&1
+    echo "$(el) backward speed GPROJ_HOPPER_BWD=$HB GPROJ_BWD_VARIANT=$BV rc=$?"
+    grep "| 128" "$OUT/bwd_hopper$tag.md"
+  done; done
 }
 
 for step in "$@"; do "$step"; done

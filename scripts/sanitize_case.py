@@ -1,6 +1,7 @@
 """Small shapes through every kernel, for compute-sanitizer (memcheck / racecheck): both numerics
 modes, every dtype and head dim, masks, varlen, the sm90 forward variants (GPROJ_FWD_VARIANT) and
 the partial passes of context parallelism (gproj_cuda.chunks, with a moved causal diagonal)."""
+import itertools
 import os
 
 import torch
@@ -77,16 +78,17 @@ if torch.cuda.get_device_capability()[0] >= 9:
                 _ext.extension().backward(p)
                 torch.cuda.synchronize()
                 assert torch.isfinite(rowstate[..., :3]).all(), "λ pre-pass left rows unwritten"
-# The Hopper KV-outer backward (fa3 numerics, d=128; GPROJ_HOPPER_BWD=1), GQA, causal, odd lengths.
+# The Hopper backward (d=128; GPROJ_HOPPER_BWD=1) in both numerics modes and both variants
+# (GPROJ_BWD_VARIANT), GQA, causal, odd lengths.
 if torch.cuda.get_device_capability()[0] == 9:
     os.environ["GPROJ_HOPPER_BWD"] = "1"
-    for numerics in ("fa3", "gproj"):
-        for causal in (False, True):
-            q = torch.randn(2, 77, 4, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-            k = torch.randn(2, 150, 2, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-            v = torch.randn(2, 150, 2, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-            o = gproj_cuda.attention(q, k, v, causal=causal, numerics=numerics)
-            o.backward(torch.randn_like(o))
-    os.environ["GPROJ_HOPPER_BWD"] = "0"
+    for numerics, causal, variant in itertools.product(("fa3", "gproj"), (False, True), "01"):
+        os.environ["GPROJ_BWD_VARIANT"] = variant
+        q = torch.randn(2, 77, 4, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        k = torch.randn(2, 150, 2, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        v = torch.randn(2, 150, 2, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        o = gproj_cuda.attention(q, k, v, causal=causal, numerics=numerics)
+        o.backward(torch.randn_like(o))
+    os.environ["GPROJ_HOPPER_BWD"] = os.environ["GPROJ_BWD_VARIANT"] = "0"
 torch.cuda.synchronize()
 print("sanitize case done")

@@ -386,11 +386,13 @@ def test_hopper_lambda_prepass_matches_dq_pass(dtype, d, causal):
                          ids=["full", "causal", "window"])
 @pytest.mark.parametrize("shape", [(2, 257, 300, 4, 2), (1, 1000, 1000, 2, 2), (3, 64, 17, 8, 1)],
                          ids=["gqa", "square", "mqa"])
-def test_hopper_kv_backward(numerics, dtype, causal, window, shape, monkeypatch):
-    """The Hopper backward (csrc/backward/bwd_kv_sm90.cuh, d=128) against the float64 reference
-    (within 1.5x the emulator's error) and the mma.sync passes."""
+@pytest.mark.parametrize("variant", ["0", "1"], ids=["v0", "overlap"])
+def test_hopper_kv_backward(numerics, dtype, causal, window, shape, variant, monkeypatch):
+    """The Hopper backward (csrc/backward/bwd_kv_sm90.cuh, d=128; GPROJ_BWD_VARIANT 0 and 1)
+    against the float64 reference (within 1.5x the emulator's error) and the mma.sync passes."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("needs a Hopper GPU")
+    monkeypatch.setenv("GPROJ_BWD_VARIANT", variant)
     b, nq, nk, h, hk = shape
     g = torch.Generator(device=DEV).manual_seed(nq + nk + int(causal))
     q, do = rand(b, nq, h, 128, dtype=dtype, g=g), rand(b, nq, h, 128, dtype=dtype, g=g)
@@ -421,13 +423,15 @@ def test_hopper_kv_backward_varlen(numerics, monkeypatch):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_hopper_backward_gproj_bars_stress_points(causal, monkeypatch):
+@pytest.mark.parametrize("variant", ["0", "1"], ids=["v0", "overlap"])
+def test_hopper_backward_gproj_bars_stress_points(causal, variant, monkeypatch):
     """The SPEC section 5 bars on the stress points (large key/query means, sharp rows) through
     the Hopper gproj backward (bf16, d=128): the λ pre-pass's S = QK^T and the KV-outer pass's
     S^T = KQ^T must give the same rounded dS~, or Σ_j dK_j shows it."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("needs a Hopper GPU")
     monkeypatch.setenv("GPROJ_HOPPER_BWD", "1")
+    monkeypatch.setenv("GPROJ_BWD_VARIANT", variant)
     for i, (km, qm, qs) in enumerate(GRID_POINTS):
         q, k, v, do = stress_inputs(1, 1024, 2, 128, kmean=km, qmean=qm, qscale=qs,
                                     dtype=torch.bfloat16, device=DEV, seed=1000 + i)

@@ -55,6 +55,22 @@ inline int fwd_variant() {
 #endif
 }
 
+// GPROJ_BWD_VARIANT=1: the Hopper backward with intra-warpgroup overlap (bwd_kv_sm90.cuh,
+// kOverlap; for A/B runs until measured). 0 or unset: the measured version.
+inline int bwd_variant() {
+  const char* v = std::getenv("GPROJ_BWD_VARIANT");
+  return (v != nullptr && v[0] == '1' && v[1] == '\0') ? 1 : 0;
+}
+
+template <typename T, int D, bool kGProj>
+void hopper_kv_pass(const AttnParams& p) {
+  if (bwd_variant() == 1) {
+    sm90::run_bwd_kv<T, D, kGProj, true>(p, p.total_q, p.total_k);
+  } else {
+    sm90::run_bwd_kv<T, D, kGProj, false>(p, p.total_q, p.total_k);
+  }
+}
+
 template <typename T, int D, int V>
 void forward_sm90(const AttnParams& p) {
   if (p.numerics == int(Numerics::kGProj)) {
@@ -115,12 +131,12 @@ void backward_impl(const AttnParams& p) {
       if (p.numerics == int(Numerics::kGProj)) {
         if constexpr (std::is_same<T, bf16>::value) {
           sm90::run_lambda_prepass<T, D>(p, p.total_q, p.total_k);  // delta, lambda
-          sm90::run_bwd_kv<T, D, true>(p, p.total_q, p.total_k);
+          hopper_kv_pass<T, D, true>(p);
           launch_dq_finish<T, D, false>(p);  // lambda is in dq_accum already
         }
       } else {
         launch_delta<T, D>(p);
-        sm90::run_bwd_kv<T, D, false>(p, p.total_q, p.total_k);
+        hopper_kv_pass<T, D, false>(p);
         launch_dq_finish<T, D, false>(p);
       }
     }

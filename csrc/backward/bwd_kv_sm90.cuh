@@ -31,10 +31,13 @@
 namespace gproj {
 namespace sm90 {
 
-template <typename T_, int kHeadDim_, bool kGProj_>
+template <typename T_, int kHeadDim_, bool kGProj_, bool kOverlap_ = false>
 struct BwdKvTraits {
   using T = T_;
   static constexpr bool kGProj = kGProj_;
+  // Variant 1 (GPROJ_BWD_VARIANT=1; NOT yet measured): P is formed while the dP GEMM runs and
+  // dS while the dV GEMM runs (FA3's intra-warpgroup overlap); variant 0 waits for both first.
+  static constexpr bool kOverlap = kOverlap_;
   using Element = typename CuteElement<T_>::type;
   static constexpr int kHeadDim = kHeadDim_, kBlockN = 128, kBlockM = 64, kStages = 2;
   static constexpr int kNumMmaThreads = 256, kNumThreads = kNumMmaThreads + 128;
@@ -295,45 +298,100 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       wg_gemm<true>(mma_sdp, tSrK, tSrQ(_, _, _, rd.index()), tSrS);
       wg_gemm<true>(mma_sdp, tSrV, tSrDO(_, _, _, rd.index()), tSrDP);
       load_rows(it + 1);  // published by this tile's consumers_sync below
-      warpgroup_wait<0>();
+      if constexpr (Traits::kOverlap) {
+        warpgroup_wait<1>();  // S done; dP may still run while P is formed
+      } else {
+        warpgroup_wait<0>();
+      }
 
       Tensor s_rc = make_tensor(tSrS.data(), acc_rowcol(tSrS.layout()));
       Tensor dp_rc = make_tensor(tSrDP.data(), acc_rowcol(tSrDP.layout()));
       Tensor sDSb = sDS(_, _, it & 1);
       Tensor sPTb = sPT(_, _, it & 1);
       const bool partial = mask.tile_partial(i0, i0 + kBlockM, n0, n0 + kBlockN);
-      // P^T and dS^T in place, rounded once (s <- P~, dp <- dS~ as fp32 values); dS~ (and P~)
-      // also into shared memory for the dQ GEMMs, as (query, key) pairs of adjacent queries.
-      CUTLASS_PRAGMA_UNROLL
-      for (int j = 0; j < size<1>(s_rc); j += 2) {
-        const int qi = get<1>(c_rc(0, j));
-        const float4 row[2] = {ss.rows[it & 1][qi], ss.rows[it & 1][qi + 1]};
+      if constexpr (Traits::kOverlap) {
+        auto issue_dv = [&](auto& tOrP) {  // dV += P~^T dO
+          wg_gemm<false>(mma_kv, make_tensor(tOrP.data(), acc_to_a_layout(tSrS.layout())),
+                         tKVrDOt(_, _, _, rd.index()), tdVrdV);
+        };
+        // P^T: s <- P (fp32, unrounded: dS needs it), P~ rounded once into dV's A operand (gproj:
+        // and into shared memory for dQ's P~K, as (query, key) pairs of adjacent queries).
+        Tensor tOrP = make_tensor_like<Element>(tSrS);
+        Tensor p_rc = make_tensor(tOrP.data(), acc_rowcol(tSrS.layout()));
         CUTLASS_PRAGMA_UNROLL
-        for (int r = 0; r < kRows; ++r) {
-          const int kj = get<0>(c_rc(r, j));
+        for (int j = 0; j < size<1>(s_rc); j += 2) {
+          const int qi = get<1>(c_rc(0, j));
+          const float4 row[2] = {ss.rows[it & 1][qi], ss.rows[it & 1][qi + 1]};
           CUTLASS_PRAGMA_UNROLL
-          for (int e = 0; e < 2; ++e) {
-            const bool vis = !partial || mask.visible(i0 + qi + e, n0 + kj);
-            float pv, ds;
-            if constexpr (kGProj) {  // exp2(fma(s - m, c, -log2 l)): the exact-max P
-              pv = vis ? exp2_approx(fmaf(s_rc(r, j + e) - row[e].x, c, -row[e].y)) : 0.f;
-              ds = pv * (dp_rc(r, j + e) - row[e].z);
-            } else {  // FA3: exp2(fma(s, c, -lse2))
-              pv = vis ? exp2_approx(fmaf(s_rc(r, j + e), c, -row[e].x)) : 0.f;
-              ds = pv * (dp_rc(r, j + e) - row[e].y);
+          for (int r = 0; r < kRows; ++r) {
+            const int kj = get<0>(c_rc(r, j));
+            float pt[2];
+            CUTLASS_PRAGMA_UNROLL
+            for (int e = 0; e < 2; ++e) {
+              const bool vis = !partial || mask.visible(i0 + qi + e, n0 + kj);
+              float pv;
+              if constexpr (kGProj) {  // exp2(fma(s - m, c, -log2 l)): the exact-max P
+                pv = vis ? exp2_approx(fmaf(s_rc(r, j + e) - row[e].x, c, -row[e].y)) : 0.f;
+              } else {  // FA3: exp2(fma(s, c, -lse2))
+                pv = vis ? exp2_approx(fmaf(s_rc(r, j + e), c, -row[e].x)) : 0.f;
+              }
+              s_rc(r, j + e) = pv;
+              pt[e] = round_to<T>(pv);
+              p_rc(r, j + e) = static_cast<Element>(pt[e]);  // exact
             }
-            s_rc(r, j + e) = round_to<T>(pv);
-            dp_rc(r, j + e) = round_to<T>(ds);
+            if constexpr (kGProj) pair_at(sPTb, qi, kj) = pack(pt[0], pt[1]);
           }
-          pair_at(sDSb, qi, kj) = pack(dp_rc(r, j), dp_rc(r, j + 1));
-          if constexpr (kGProj) pair_at(sPTb, qi, kj) = pack(s_rc(r, j), s_rc(r, j + 1));
         }
+        issue_dv(tOrP);  // dV runs while dS is formed; dP is done after this wait
+        warpgroup_wait<1>();
+        // dS^T = P^T (dP^T - delta), rounded once: dp <- dS~ (fp32 values), and into shared memory.
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < size<1>(s_rc); j += 2) {
+          const int qi = get<1>(c_rc(0, j));
+          const float4 row[2] = {ss.rows[it & 1][qi], ss.rows[it & 1][qi + 1]};
+          const float delta[2] = {kGProj ? row[0].z : row[0].y, kGProj ? row[1].z : row[1].y};
+          CUTLASS_PRAGMA_UNROLL
+          for (int r = 0; r < kRows; ++r) {
+            CUTLASS_PRAGMA_UNROLL
+            for (int e = 0; e < 2; ++e)
+              dp_rc(r, j + e) = round_to<T>(s_rc(r, j + e) * (dp_rc(r, j + e) - delta[e]));
+            pair_at(sDSb, qi, get<0>(c_rc(r, j))) = pack(dp_rc(r, j), dp_rc(r, j + 1));
+          }
+        }
+      } else {  // the measured version: P and dS in one pass after both GEMMs
+        // P^T and dS^T in place, rounded once (s <- P~, dp <- dS~ as fp32 values); dS~ (and P~)
+        // also into shared memory for the dQ GEMMs, as (query, key) pairs of adjacent queries.
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < size<1>(s_rc); j += 2) {
+          const int qi = get<1>(c_rc(0, j));
+          const float4 row[2] = {ss.rows[it & 1][qi], ss.rows[it & 1][qi + 1]};
+          CUTLASS_PRAGMA_UNROLL
+          for (int r = 0; r < kRows; ++r) {
+            const int kj = get<0>(c_rc(r, j));
+            CUTLASS_PRAGMA_UNROLL
+            for (int e = 0; e < 2; ++e) {
+              const bool vis = !partial || mask.visible(i0 + qi + e, n0 + kj);
+              float pv, ds;
+              if constexpr (kGProj) {  // exp2(fma(s - m, c, -log2 l)): the exact-max P
+                pv = vis ? exp2_approx(fmaf(s_rc(r, j + e) - row[e].x, c, -row[e].y)) : 0.f;
+                ds = pv * (dp_rc(r, j + e) - row[e].z);
+              } else {  // FA3: exp2(fma(s, c, -lse2))
+                pv = vis ? exp2_approx(fmaf(s_rc(r, j + e), c, -row[e].x)) : 0.f;
+                ds = pv * (dp_rc(r, j + e) - row[e].y);
+              }
+              s_rc(r, j + e) = round_to<T>(pv);
+              dp_rc(r, j + e) = round_to<T>(ds);
+            }
+            pair_at(sDSb, qi, kj) = pack(dp_rc(r, j), dp_rc(r, j + 1));
+            if constexpr (kGProj) pair_at(sPTb, qi, kj) = pack(s_rc(r, j), s_rc(r, j + 1));
+          }
+        }
+        Tensor tOrP = make_tensor_like<Element>(tSrS);
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < size(tSrS); ++i) tOrP(i) = static_cast<Element>(tSrS(i));  // exact
+        wg_gemm<false>(mma_kv, make_tensor(tOrP.data(), acc_to_a_layout(tSrS.layout())),
+                       tKVrDOt(_, _, _, rd.index()), tdVrdV);
       }
-      Tensor tOrP = make_tensor_like<Element>(tSrS);
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < size(tSrS); ++i) tOrP(i) = static_cast<Element>(tSrS(i));  // exact
-      wg_gemm<false>(mma_kv, make_tensor(tOrP.data(), acc_to_a_layout(tSrS.layout())),
-                     tKVrDOt(_, _, _, rd.index()), tdVrdV);
       if constexpr (kGProj) {
         // A = dS~ - lambda P~ in fp32 (every row sums to zero to fp32 rounding), as three
         // rounded parts hi + mid + lo (~24 bits: see bwd_dkdv_kernel.cuh for why three).
@@ -349,7 +407,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
           const float lam_hi = ss.rows[it & 1][qi].w, lam_lo = ss.lam_lo[it & 1][qi];
           CUTLASS_PRAGMA_UNROLL
           for (int r = 0; r < kRows; ++r) {
-            const float pt = s_rc(r, j);
+            // P~ (variant 0 keeps it rounded in s; the overlap variant keeps P unrounded)
+            const float pt = Traits::kOverlap ? round_to<T>(s_rc(r, j)) : s_rc(r, j);
             const float a = fmaf(-lam_lo, pt, fmaf(-lam_hi, pt, dp_rc(r, j)));
             const float hi = round_to<T>(a), r1 = a - hi;
             const float mid = round_to<T>(r1), lo = round_to<T>(r1 - mid);
@@ -447,9 +506,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 #endif
 }
 
-template <typename T, int kHeadDim, bool kGProj>
+template <typename T, int kHeadDim, bool kGProj, bool kOverlap = false>
 void run_bwd_kv(const AttnParams& p, int total_q, int total_k) {
-  using Traits = BwdKvTraits<T, kHeadDim, kGProj>;
+  using Traits = BwdKvTraits<T, kHeadDim, kGProj, kOverlap>;
   const bool varlen = p.cu_seqlens_q != 0;
   BwdKvParams<Traits> prm;
   set_tma_extents(prm, p, total_q, total_k);

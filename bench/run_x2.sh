@@ -6,7 +6,7 @@
 #   bash bench/run_x2.sh check numerics ring speed   # command A
 #   PT_GPUS=2 bash bench/run_h200.sh pretrain        # command B: six pretraining arms on 2 GPUs
 #   bash bench/run_x2.sh sanitize variants           # sanitizers, sm90 forward variants A/B
-#   PROBE= HBS=1 BWDVS="0 1" HB_IMPLS=gproj_cuda/gproj,gproj_cuda/fa3,sdpa_cudnn bash bench/run_x2.sh hopper
+#   PROBE= HBS=1 BWDVS="0 1 2" HB_IMPLS=gproj_cuda/gproj,gproj_cuda/fa3,sdpa_cudnn bash bench/run_x2.sh hopper
 #                                                    # next: the Hopper backward's variants A/B
 # (sanitize, variants and hopper use one GPU: they run on nvidia-h200 as well)
 source "$(dirname "$0")/_gpu_env.sh"

@@ -55,17 +55,21 @@ inline int fwd_variant() {
 #endif
 }
 
-// GPROJ_BWD_VARIANT=1: the Hopper backward with intra-warpgroup overlap (bwd_kv_sm90.cuh,
-// kOverlap; for A/B runs until measured). 0 or unset: the measured version.
+// GPROJ_BWD_VARIANT for A/B runs of the Hopper backward until measured (bwd_kv_sm90.cuh):
+// 1 = intra-warpgroup overlap (kOverlap), 2 = gproj's A in two parts (kTwoParts; fa3 mode: 0).
+// 0 or unset: the measured version.
 inline int bwd_variant() {
   const char* v = std::getenv("GPROJ_BWD_VARIANT");
-  return (v != nullptr && v[0] == '1' && v[1] == '\0') ? 1 : 0;
+  return (v != nullptr && v[0] >= '1' && v[0] <= '2' && v[1] == '\0') ? v[0] - '0' : 0;
 }
 
 template <typename T, int D, bool kGProj>
 void hopper_kv_pass(const AttnParams& p) {
-  if (bwd_variant() == 1) {
+  const int v = bwd_variant();
+  if (v == 1) {
     sm90::run_bwd_kv<T, D, kGProj, true>(p, p.total_q, p.total_k);
+  } else if (kGProj && v == 2) {
+    sm90::run_bwd_kv<T, D, kGProj, false, kGProj>(p, p.total_q, p.total_k);
   } else {
     sm90::run_bwd_kv<T, D, kGProj, false>(p, p.total_q, p.total_k);
   }

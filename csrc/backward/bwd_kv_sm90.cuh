@@ -31,13 +31,17 @@
 namespace gproj {
 namespace sm90 {
 
-template <typename T_, int kHeadDim_, bool kGProj_, bool kOverlap_ = false>
+template <typename T_, int kHeadDim_, bool kGProj_, bool kOverlap_ = false, bool kTwoParts_ = false>
 struct BwdKvTraits {
   using T = T_;
   static constexpr bool kGProj = kGProj_;
   // Variant 1 (GPROJ_BWD_VARIANT=1; NOT yet measured): P is formed while the dP GEMM runs and
   // dS while the dV GEMM runs (FA3's intra-warpgroup overlap); variant 0 waits for both first.
   static constexpr bool kOverlap = kOverlap_;
+  // Variant 2 (GPROJ_BWD_VARIANT=2, gproj; NOT yet measured): A in two rounded parts for dK with
+  // the rank-one colsum taken from the fp32 A ("2a" in bench/NOTES.md: the CPU emulator meets
+  // every bar with it, worst Σ_j dK_j 1.4e-6); one dK GEMM and a third of the split fewer.
+  static constexpr bool kTwoParts = kTwoParts_;
   using Element = typename CuteElement<T_>::type;
   static constexpr int kHeadDim = kHeadDim_, kBlockN = 128, kBlockM = 64, kStages = 2;
   static constexpr int kNumMmaThreads = 256, kNumThreads = kNumMmaThreads + 128;
@@ -394,7 +398,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       }
       if constexpr (kGProj) {
         // A = dS~ - lambda P~ in fp32 (every row sums to zero to fp32 rounding), as three
-        // rounded parts hi + mid + lo (~24 bits: see bwd_dkdv_kernel.cuh for why three).
+        // rounded parts hi + mid + lo (~24 bits: see bwd_dkdv_kernel.cuh for why three; variant
+        // 2: two parts, see kTwoParts).
         Tensor tAhi = make_tensor_like<Element>(tSrS);
         Tensor tAmid = make_tensor_like<Element>(tSrS);
         Tensor tAlo = make_tensor_like<Element>(tSrS);
@@ -411,17 +416,23 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
             const float pt = Traits::kOverlap ? round_to<T>(s_rc(r, j)) : s_rc(r, j);
             const float a = fmaf(-lam_lo, pt, fmaf(-lam_hi, pt, dp_rc(r, j)));
             const float hi = round_to<T>(a), r1 = a - hi;
-            const float mid = round_to<T>(r1), lo = round_to<T>(r1 - mid);
             hi_rc(r, j) = static_cast<Element>(hi);
-            mid_rc(r, j) = static_cast<Element>(mid);
-            lo_rc(r, j) = static_cast<Element>(lo);
-            colsum[r] += double(hi) + double(mid) + double(lo);
+            if constexpr (Traits::kTwoParts) {  // "2a": two parts, colsum of the fp32 A itself
+              lo_rc(r, j) = static_cast<Element>(round_to<T>(r1));
+              colsum[r] += double(a);
+            } else {
+              const float mid = round_to<T>(r1), lo = round_to<T>(r1 - mid);
+              mid_rc(r, j) = static_cast<Element>(mid);
+              lo_rc(r, j) = static_cast<Element>(lo);
+              colsum[r] += double(hi) + double(mid) + double(lo);
+            }
           }
         }
         wg_gemm<false>(mma_kv, make_tensor(tAhi.data(), acc_to_a_layout(tSrS.layout())),
                        tKVrQct(_, _, _, rd.index()), tdKrdK);
-        wg_gemm<false>(mma_kv, make_tensor(tAmid.data(), acc_to_a_layout(tSrS.layout())),
-                       tKVrQct(_, _, _, rd.index()), tdKrdK);
+        if constexpr (!Traits::kTwoParts)
+          wg_gemm<false>(mma_kv, make_tensor(tAmid.data(), acc_to_a_layout(tSrS.layout())),
+                         tKVrQct(_, _, _, rd.index()), tdKrdK);
         wg_gemm<false>(mma_kv, make_tensor(tAlo.data(), acc_to_a_layout(tSrS.layout())),
                        tKVrQct(_, _, _, rd.index()), tdKrdK);
         warpgroup_wait<0>();  // the A parts' registers are free again before dQ's accumulators
@@ -506,9 +517,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 #endif
 }
 
-template <typename T, int kHeadDim, bool kGProj, bool kOverlap = false>
+template <typename T, int kHeadDim, bool kGProj, bool kOverlap = false, bool kTwoParts = false>
 void run_bwd_kv(const AttnParams& p, int total_q, int total_k) {
-  using Traits = BwdKvTraits<T, kHeadDim, kGProj, kOverlap>;
+  using Traits = BwdKvTraits<T, kHeadDim, kGProj, kOverlap, kTwoParts>;
   const bool varlen = p.cu_seqlens_q != 0;
   BwdKvParams<Traits> prm;
   set_tma_extents(prm, p, total_q, total_k);

@@ -21,9 +21,10 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1)
         window_size: (left, right) sliding window, -1 = unbounded.
         numerics: "gproj" (default; correct gradients) or "fa3" (FlashAttention-3's arithmetic,
             for A/B comparisons).
-        deterministic: accepted for compatibility; the kernels are deterministic (every
-            gradient element is summed by one block in a fixed order, no atomics), except the
-            experimental Hopper backward that GPROJ_HOPPER_BWD=1 selects (fp32 atomics for dQ).
+        deterministic: True guarantees bitwise-identical gradients across runs. The default
+            kernels are deterministic anyway (every gradient element is summed by one block in
+            a fixed order, no atomics); only the experimental Hopper backward that
+            GPROJ_HOPPER_BWD=1 selects is not (fp32 atomics for dQ), and True keeps it off.
         return_lse: also return the natural-log LSE, (batch, heads, seqlen_q) fp32.
     Returns:
         out (like q), or (out, lse).
@@ -34,7 +35,7 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1)
     scale = check_scale(softmax_scale, q.shape[-1])
     check_batch_limits(q.shape[0], q.shape[2])
     out, lse, _ = torch.ops.gproj.attention(q, k, v, None, None, q.shape[1], k.shape[1], scale,
-                                            left, right, numerics)
+                                            left, right, numerics, bool(deterministic))
     return (out, lse) if return_lse else out
 
 
@@ -55,7 +56,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                      max_seqlen_k, q.device)
     check_batch_limits(cu_seqlens_q.shape[0] - 1, q.shape[1])
     out, lse, _ = torch.ops.gproj.attention(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
-                                            int(max_seqlen_k), scale, left, right, numerics)
+                                            int(max_seqlen_k), scale, left, right, numerics,
+                                            bool(deterministic))
     return (out, lse) if return_lse else out
 
 

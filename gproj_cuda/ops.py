@@ -207,8 +207,9 @@ def backward_cuda(dout, q, k, v, out, stats, cu_q, cu_k, max_q, max_k, scale, wl
 def attention(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor],
               cu_seqlens_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int,
               softmax_scale: float, window_left: int, window_right: int,
-              numerics: str) -> tuple[Tensor, Tensor, Tensor]:
-    """Attention forward. Returns (out, lse, stats); see the module docstring."""
+              numerics: str, deterministic: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+    """Attention forward. Returns (out, lse, stats); see the module docstring. ``deterministic``
+    only travels to the backward (which then never takes a path with atomics)."""
     if q.device.type == "cpu":
         # The emulator's fp32 steps are part of the arithmetic it reproduces: a caller's autocast
         # region must not turn them into BF16 matmuls.
@@ -222,7 +223,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor],
 
 @attention.register_fake
 def _attention_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                    softmax_scale, window_left, window_right, numerics):
+                    softmax_scale, window_left, window_right, numerics, deterministic=False):
     rs = _rowstat_shape(q, cu_seqlens_q is not None, q.shape[-2])
     return (q.new_empty(q.shape), q.new_empty(rs, dtype=torch.float32),
             q.new_empty(tuple(rs) + (2,), dtype=torch.float32))
@@ -233,8 +234,9 @@ def attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tenso
                        stats: Tensor, cu_seqlens_q: Optional[Tensor],
                        cu_seqlens_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int,
                        softmax_scale: float, window_left: int, window_right: int,
-                       numerics: str) -> tuple[Tensor, Tensor, Tensor]:
-    """Attention backward from the forward's out and stats. Returns (dq, dk, dv)."""
+                       numerics: str, deterministic: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+    """Attention backward from the forward's out and stats. Returns (dq, dk, dv).
+    ``deterministic=True`` never takes the (opt-in) Hopper backward, whose dQ uses atomics."""
     if q.device.type == "cpu":
         with torch.autocast("cpu", enabled=False):
             return emulate_backward(dout, q, k, v, out, stats, numerics=numerics,
@@ -242,21 +244,23 @@ def attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tenso
                                     window_size=(window_left, window_right),
                                     cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
     return backward_cuda(dout, q, k, v, out, stats, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                         max_seqlen_k, softmax_scale, window_left, window_right, numerics)
+                         max_seqlen_k, softmax_scale, window_left, window_right, numerics,
+                         hopper=False if deterministic else None)
 
 
 @attention_backward.register_fake
 def _attention_backward_fake(dout, q, k, v, out, stats, cu_seqlens_q, cu_seqlens_k,
                              max_seqlen_q, max_seqlen_k, softmax_scale, window_left,
-                             window_right, numerics):
+                             window_right, numerics, deterministic=False):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics = inputs
+    q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics = inputs[:11]
+    deterministic = bool(inputs[11]) if len(inputs) > 11 else False
     out, lse, stats = output
     ctx.save_for_backward(q, k, v, out, stats, cu_q, cu_k)
-    ctx.args = (max_q, max_k, scale, wl, wr, numerics)
+    ctx.args = (max_q, max_k, scale, wl, wr, numerics, deterministic)
     ctx.mark_non_differentiable(lse, stats)
 
 
@@ -264,7 +268,7 @@ def _backward(ctx, dout, _dlse, _dstats):
     q, k, v, out, stats, cu_q, cu_k = ctx.saved_tensors
     dq, dk, dv = torch.ops.gproj.attention_backward(dout, q, k, v, out, stats, cu_q, cu_k,
                                                     *ctx.args)
-    return dq, dk, dv, None, None, None, None, None, None, None, None
+    return dq, dk, dv, None, None, None, None, None, None, None, None, None
 
 
 attention.register_autograd(_backward, setup_context=_setup_context)

@@ -23,6 +23,26 @@ def test_opcheck_cpu():
     torch.library.opcheck(torch.ops.gproj.attention_backward.default, bargs)
 
 
+def test_opcheck_cpu_deterministic_argument():
+    """The ops take ``deterministic`` (it selects the backward path on the GPU; the emulator
+    ignores it) and autograd carries it from the forward to the backward."""
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 33, 2, 64, generator=g).bfloat16().requires_grad_() for _ in range(3))
+    args = (q, k, v, None, None, 33, 33, 0.125, -1, -1, "fa3", True)
+    torch.library.opcheck(torch.ops.gproj.attention.default, args)
+    out, lse, stats = torch.ops.gproj.attention(*args)
+    bargs = (torch.randn_like(out), q.detach(), k.detach(), v.detach(), out.detach(), stats, None,
+             None, 33, 33, 0.125, -1, -1, "fa3", True)
+    torch.library.opcheck(torch.ops.gproj.attention_backward.default, bargs)
+    do = torch.randn_like(out)
+    grads = []
+    for det in (False, True):
+        o = gproj_cuda.attention(q, k, v, numerics="fa3", deterministic=det)
+        grads.append(torch.autograd.grad(o, (q, k, v), do))
+    for a, b in zip(*grads):  # the emulator: the same arithmetic either way
+        assert torch.equal(a, b)
+
+
 def test_fake_tensor_shapes_dense_and_varlen():
     with FakeTensorMode():
         q = torch.empty(3, 100, 8, 128, dtype=torch.bfloat16)

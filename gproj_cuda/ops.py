@@ -199,6 +199,24 @@ def backward_cuda(dout, q, k, v, out, stats, cu_q, cu_k, max_q, max_k, scale, wl
     return dq, dk, dv
 
 
+def rowstate_cuda(q, k, v, out, stats, dout, scale, wl, wr, passes=4):
+    """The backward's per-row state {delta, lambda hi, lambda lo, -} (gproj, dense) from one pass
+    alone, on the same exactly centered keys as the backward: the Hopper λ pre-pass
+    (``passes=4``) or the mma.sync dQ pass (``passes=1``). For tests and timing; rows the pass
+    leaves unwritten stay NaN."""
+    kc, _ = center_keys_cuda(k, None, k.shape[1])
+    p = _params(q, kc, v, None, None, q.shape[1], k.shape[1], scale, wl, wr, "gproj")
+    rowstate = torch.full(stats.shape[:-1] + (4,), float("nan"), device=q.device)
+    dq = torch.empty_like(q)  # the dQ pass writes it; the pre-pass does not touch it
+    p.stats, p.rowstate = stats.data_ptr(), rowstate.data_ptr()
+    p.out, p.o_stride = out.data_ptr(), _strides3(out, False)
+    p.dout, p.do_stride = dout.data_ptr(), _strides3(dout, False)
+    p.dq, p.dq_stride = dq.data_ptr(), _strides3(dq, False)
+    p.backward_passes = passes
+    _ext.extension().backward(p)
+    return rowstate
+
+
 # --------------------------------------------------------------------------------------------
 # The ops
 # --------------------------------------------------------------------------------------------

@@ -1,12 +1,11 @@
 """Where the Hopper backward's time goes (d=128, bf16, B*N = 16k tokens, H = 16): the whole
-backward per numerics mode and backend, and its pieces (key/query centering, the λ pre-pass, the
-KV-outer pass alone), CUDA-event medians. Usage: python scripts/bwd_breakdown.py [N ...]"""
+backward per numerics mode and backend, and two of its pieces (key centering, the λ pre-pass; the
+KV-outer pass is the rest), CUDA-event medians. Usage: python scripts/bwd_breakdown.py [N ...]"""
 import sys
 
 import torch
 
-from gproj_cuda import _ext
-from gproj_cuda.ops import _params, _strides3, backward_cuda, center_keys_cuda, forward_cuda
+from gproj_cuda.ops import backward_cuda, center_keys_cuda, forward_cuda, rowstate_cuda
 
 
 def timed(fn, reps=20):
@@ -36,16 +35,8 @@ def main():
                                           hopper=hop))
         out, _, st = forward_cuda(q, k, v, None, None, n, n, s, -1, -1, "gproj")
         row["center K (or Q)"] = timed(lambda: center_keys_cuda(k, None, n))
-        kc, _ = center_keys_cuda(k, None, n)
-        p = _params(q, kc, v, None, None, n, n, s, -1, -1, "gproj")
-        rowstate = torch.empty(st.shape[:-1] + (4,), device="cuda")
-        p.stats, p.rowstate = st.data_ptr(), rowstate.data_ptr()
-        p.out, p.o_stride = out.data_ptr(), _strides3(out, False)
-        p.dout, p.do_stride = do.data_ptr(), _strides3(do, False)
-        dq = torch.empty_like(q)
-        p.dq, p.dq_stride = dq.data_ptr(), _strides3(dq, False)
-        p.backward_passes = 4
-        row["gproj λ pre-pass"] = timed(lambda: _ext.extension().backward(p))
+        row["gproj λ pre-pass (+ centering)"] = timed(
+            lambda: rowstate_cuda(q, k, v, out, st, do, s, -1, -1))
         flops = 4 * B * H * n * n * d * 2.5
         print(f"N={n} B={B} H={H} d={d} (bwd FLOPs {flops / 1e12:.2f} T)")
         for name, ms in row.items():

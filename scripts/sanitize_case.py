@@ -55,29 +55,20 @@ for d in (64, 128, 256):
                                        **kw)
 
 # The Hopper gproj λ pre-pass (backward_passes = 4; issue 7's first kernel), through the C API.
-from gproj_cuda import _ext
-from gproj_cuda.ops import _params, _strides3, center_keys_cuda, forward_cuda
+from gproj_cuda.ops import forward_cuda, rowstate_cuda
 if torch.cuda.get_device_capability()[0] >= 9:
     for dtype in (torch.bfloat16, torch.float16):
         for d in (64, 128, 256):
             for causal in (False, True):
                 q, do = (torch.randn(1, 77, 4, d, device="cuda", dtype=dtype) for _ in range(2))
                 k, v = (torch.randn(1, 150, 2, d, device="cuda", dtype=dtype) for _ in range(2))
-                out, _, stats = forward_cuda(q, k, v, None, None, 77, 150, d ** -0.5, -1,
-                                             0 if causal else -1, "gproj")
-                kc, _ = center_keys_cuda(k, None, 150)
-                p = _params(q, kc, v, None, None, 77, 150, d ** -0.5, -1, 0 if causal else -1,
-                            "gproj")
-                rowstate = torch.full(stats.shape[:-1] + (4,), float("nan"), device="cuda")
-                p.stats, p.rowstate = stats.data_ptr(), rowstate.data_ptr()
-                p.out, p.o_stride = out.data_ptr(), _strides3(out, False)
-                p.dout, p.do_stride = do.data_ptr(), _strides3(do, False)
-                dq = torch.empty_like(q)
-                p.dq, p.dq_stride = dq.data_ptr(), _strides3(dq, False)
-                p.backward_passes = 4
-                _ext.extension().backward(p)
+                wr = 0 if causal else -1
+                out, _, stats = forward_cuda(q, k, v, None, None, 77, 150, d ** -0.5, -1, wr,
+                                             "gproj")
+                rowstate = rowstate_cuda(q, k, v, out, stats, do, d ** -0.5, -1, wr)
                 torch.cuda.synchronize()
                 assert torch.isfinite(rowstate[..., :3]).all(), "λ pre-pass left rows unwritten"
+
 # The Hopper backward (d=128; GPROJ_HOPPER_BWD=1) in both numerics modes and both variants
 # (GPROJ_BWD_VARIANT), GQA, causal, odd lengths.
 if torch.cuda.get_device_capability()[0] == 9:

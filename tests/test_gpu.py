@@ -354,19 +354,9 @@ def test_cuda_key_centering_equals_reference(dtype, d):
 def _rowstate_from(passes, q, k, v, out, stats, do, causal):
     """rowstate {delta, lambda hi, lambda lo, -} from the mma.sync dQ pass (passes=1) or the
     Hopper λ pre-pass (passes=4), through the C API on the same centered keys."""
-    from gproj_cuda import _ext
-    from gproj_cuda.ops import _params, _strides3, center_keys_cuda
-    kc, _ = center_keys_cuda(k, None, k.shape[1])
-    p = _params(q, kc, v, None, None, q.shape[1], k.shape[1], q.shape[-1] ** -0.5, -1,
-                0 if causal else -1, "gproj")
-    rowstate = torch.full(stats.shape[:-1] + (4,), float("nan"), device=DEV)
-    p.stats, p.rowstate = stats.data_ptr(), rowstate.data_ptr()
-    p.out, p.o_stride = out.data_ptr(), _strides3(out, False)
-    p.dout, p.do_stride = do.data_ptr(), _strides3(do, False)
-    p.backward_passes = passes
-    dq = torch.empty_like(q)
-    p.dq, p.dq_stride = dq.data_ptr(), _strides3(dq, False)
-    _ext.extension().backward(p)
+    from gproj_cuda.ops import rowstate_cuda
+    rowstate = rowstate_cuda(q, k, v, out, stats, do, q.shape[-1] ** -0.5, -1,
+                             0 if causal else -1, passes)
     torch.cuda.synchronize()
     return rowstate
 

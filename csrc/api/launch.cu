@@ -209,22 +209,18 @@ int run_backward(const AttnParams& p, char* err, size_t err_len) {
         if (p.dtype != int(DType::kBF16)) fail("backward_passes 8 (Hopper backward) with gproj numerics: bf16 only so far (fp16 takes the mma.sync passes)");
         require_ptr(p.q_centered, "q_centered (Q - q_shift)");
         require_strides(p.qc_stride, "q_centered", varlen);
-        require_ptr(p.out, "out");
-        require_strides(p.o_stride, "out", varlen);
       }
       if (p.head_dim != 128) fail("backward_passes 8 (Hopper backward): head_dim %d, only 128 so far", p.head_dim);
       if (device_arch(p.device) < 90) fail("backward_passes 8 (Hopper KV-outer backward) needs sm_90 (Hopper)");
       if (p.partial) fail("backward_passes 8 (Hopper KV-outer backward) has no partial mode");
       require_ptr(p.dq_accum, "dq_accum (fp32, zero-filled, dq's strides)");
-      require_ptr(p.dq, "dq");
-    }
+    }  // (out, dq, dk, dv and their strides: checked below as for passes 1 and 2)
     if (p.backward_passes == 4) {  // experimental: writes rowstate only (bwd_lambda_sm90.cuh)
       if (p.numerics != int(Numerics::kGProj)) fail("backward_passes 4 (λ pre-pass) needs gproj numerics");
       if (device_arch(p.device) < 90) fail("backward_passes 4 (λ pre-pass) needs sm_90 (Hopper)");
       if (p.partial) fail("backward_passes 4 (λ pre-pass) has no partial mode");
       require_ptr(p.out, "out");
       require_strides(p.o_stride, "out", varlen);
-      require_ptr(p.rowstate, "rowstate");
     }
     if (p.partial != 0 && p.partial != 1) fail("partial %d: expected 0 or 1", p.partial);
     const bool gproj = p.numerics == int(Numerics::kGProj);

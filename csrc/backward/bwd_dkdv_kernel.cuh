@@ -84,10 +84,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_dkdv_kernel(const AttnParam
   load_tile<T, BN, D, Cfg::kThreads>(sV, gV, p.v_stride[1], n_end - n0, tid);
   cp_async_commit();
 
-  int m_lo, m_hi;
-  mask.query_range(n0, n_end, m_lo, m_hi);
-  const int mb_min = m_lo / BM;
-  const int mb_max = m_hi > m_lo ? (m_hi + BM - 1) / BM : mb_min;
+  int mb_min, mb_max;  // query tiles that see this key tile
+  mask.query_blocks(n0, n_end, BM, mb_min, mb_max);
 
   float acc_dk[NT_D][4], acc_dv[NT_D][4];
   zero(acc_dk);

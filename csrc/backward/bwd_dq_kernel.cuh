@@ -154,10 +154,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_dq_kernel(const AttnParams 
     }
   }
 
-  int n_lo, n_hi;
-  mask.key_range(m0, m_end, n_lo, n_hi);
-  const int nb_min = n_lo / BN;
-  const int nb_max = n_hi > n_lo ? (n_hi + BN - 1) / BN : nb_min;
+  int nb_min, nb_max;  // key tiles this query tile needs
+  mask.key_blocks(m0, m_end, BN, nb_min, nb_max);
 
   float acc_dq[NT_Q][4];
   zero(acc_dq);

@@ -142,10 +142,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   const int n_end = min(n0 + kBlockN, seq.nk);
   const int group = p.heads / p.heads_k;
   const Mask mask(seq.nq, seq.nk, p.window_left, p.window_right, p.diag_shift);
-  int m_lo, m_hi;
-  mask.query_range(n0, n_end, m_lo, m_hi);
-  const int mb_min = m_lo / kBlockM;
-  const int mb_max = m_hi > m_lo ? (m_hi + kBlockM - 1) / kBlockM : mb_min;
+  int mb_min, mb_max;  // query tiles that see this key tile
+  mask.query_blocks(n0, n_end, kBlockM, mb_min, mb_max);
   const int tiles_per_head = mb_max - mb_min;
   const int n_items = tiles_per_head * group;  // (query head, query tile) pairs, head-major
   const float c = p.softmax_scale * 1.4426950408889634f;

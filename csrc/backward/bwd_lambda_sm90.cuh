@@ -71,10 +71,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   const int m_end = min(m0 + kBlockM, seq.nq);
   const int hk = h / (p.heads / p.heads_k);
   const Mask mask(seq.nq, seq.nk, p.window_left, p.window_right, p.diag_shift);
-  int n_lo, n_hi;
-  mask.key_range(m0, m_end, n_lo, n_hi);
-  const int nb_min = n_lo / kBlockN;
-  const int nb_max = n_hi > n_lo ? (n_hi + kBlockN - 1) / kBlockN : nb_min;
+  int nb_min, nb_max;  // key tiles this query tile needs
+  mask.key_blocks(m0, m_end, kBlockN, nb_min, nb_max);
 
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   auto& ss = *reinterpret_cast<typename Traits::SharedStorage*>(smem_raw);

@@ -51,6 +51,20 @@ struct Mask {
     hi = nq;
     if (left >= 0) hi = min(nq, j1 - 1 - offset() + left + 1);
   }
+  // Key tiles [lo, hi) of width bn that the queries [i0, i1) need (lo == hi: none).
+  __device__ __forceinline__ void key_blocks(int i0, int i1, int bn, int& lo, int& hi) const {
+    int k_lo, k_hi;
+    key_range(i0, i1, k_lo, k_hi);
+    lo = k_lo / bn;
+    hi = k_hi > k_lo ? (k_hi + bn - 1) / bn : lo;
+  }
+  // Query tiles [lo, hi) of height bm that see any of the keys [j0, j1).
+  __device__ __forceinline__ void query_blocks(int j0, int j1, int bm, int& lo, int& hi) const {
+    int q_lo, q_hi;
+    query_range(j0, j1, q_lo, q_hi);
+    lo = q_lo / bm;
+    hi = q_hi > q_lo ? (q_hi + bm - 1) / bm : lo;
+  }
   // True unless every (i, j) of the tile is visible.
   __device__ __forceinline__ bool tile_partial(int i0, int i1, int j0, int j1) const {
     return i1 > nq || j1 > nk || (right >= 0 && j1 - 1 > i0 + offset() + right) ||

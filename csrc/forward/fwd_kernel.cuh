@@ -54,10 +54,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) fwd_kernel(const AttnParams p) 
   const T* gV = reinterpret_cast<const T*>(p.v) + b * p.v_stride[0] +
                 int64_t(seq.k_start) * p.v_stride[1] + hk * p.v_stride[2];
 
-  int n_lo, n_hi;
-  mask.key_range(m0, m_end, n_lo, n_hi);
-  const int nb_min = n_lo / BN;
-  const int nb_max = n_hi > n_lo ? (n_hi + BN - 1) / BN : nb_min;
+  int nb_min, nb_max;  // key tiles this query tile needs
+  mask.key_blocks(m0, m_end, BN, nb_min, nb_max);
 
   const float c = p.softmax_scale * 1.4426950408889634f;  // scale * log2(e), rounded once
 

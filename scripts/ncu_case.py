@@ -1,0 +1,31 @@
+"""One forward + backward of one shape, for Nsight Compute (scripts/ncu_round.sh): the kernels
+under the profiler run once each after a warm-up, so `ncu -k regex:... -s 1 -c 1` catches a
+steady-state launch. Usage: python scripts/ncu_case.py NUMERICS N [HDIM] [causal]"""
+import sys
+
+import torch
+
+from gproj_cuda.ops import backward_cuda, forward_cuda
+
+
+def main():
+    numerics, n = sys.argv[1], int(sys.argv[2])
+    d = int(sys.argv[3]) if len(sys.argv) > 3 else 128
+    causal = len(sys.argv) > 4 and sys.argv[4] == "causal"
+    B, H = max(1, 16384 // n), 16
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v, do = (torch.randn(B, n, H, d, device="cuda", dtype=torch.bfloat16, generator=g)
+                   for _ in range(4))
+    s = d ** -0.5
+    wr = 0 if causal else -1
+    for _ in range(2):  # warm-up launch, then the profiled one
+        out, _, st = forward_cuda(q, k, v, None, None, n, n, s, -1, wr, numerics)
+        dq, dk, dv = backward_cuda(do, q, k, v, out, st, None, None, n, n, s, -1, wr, numerics,
+                                   hopper=True)
+    torch.cuda.synchronize()
+    assert torch.isfinite(dq).all() and torch.isfinite(dk).all(), "non-finite gradients"
+    print(f"{numerics} N={n} d={d} causal={causal}: ok")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Nsight Compute on the Hopper kernels (backward KV pass, λ pre-pass, forward), one steady-state
+# launch each: speed-of-light, warp stalls, shared-memory conflicts, and per-line stall samples.
+#   OUT=... bash scripts/ncu_round.sh [N]
+source "$(dirname "$0")/../bench/_gpu_env.sh"
+N=${1:-4096}
+SECTIONS="--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+ --section MemoryWorkloadAnalysis_Tables --section WarpStateStats --section SourceCounters \
+ --section SchedulerStats --section LaunchStats --section Occupancy"
+for num in fa3 gproj; do
+  for kern in bwd_kv_sm90 fwd_sm90_kernel; do
+    rep="$OUT/ncu_${num}_${kern}"
+    timeout 150 ncu -k "regex:$kern" -s 1 -c 1 $SECTIONS --import-source yes -f -o "$rep" \
+      python3 scripts/ncu_case.py $num $N > "$rep.log" 2>&1
+    echo "$(el) ncu $num $kern rc=$?"
+    ncu -i "$rep.ncu-rep" --page details > "$rep.txt" 2>&1
+    ncu -i "$rep.ncu-rep" --page source --csv --print-source sass > "$rep.sass.csv" 2>/dev/null
+    grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Warp Cycles Per Issued|Bank Conflicts|One or More Eligible" "$rep.txt" | head -12
+  done
+done

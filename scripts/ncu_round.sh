@@ -7,8 +7,8 @@ N=${1:-4096}
 SECTIONS="--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
  --section MemoryWorkloadAnalysis_Tables --section WarpStateStats --section SourceCounters \
  --section SchedulerStats --section LaunchStats --section Occupancy"
-for num in fa3 gproj; do
-  for kern in bwd_kv_sm90 fwd_sm90_kernel; do
+for num in ${MODES:-fa3 gproj}; do
+  for kern in ${KERNS:-bwd_kv_sm90 fwd_sm90_kernel}; do
     rep="$OUT/ncu_${num}_${kern}"
     timeout 150 ncu -k "regex:$kern" -s 1 -c 1 $SECTIONS --import-source yes -f -o "$rep" \
       python3 scripts/ncu_case.py $num $N > "$rep.log" 2>&1

@@ -393,9 +393,9 @@ def test_hopper_lambda_prepass_matches_dq_pass(dtype, d, causal):
                          ids=["full", "causal", "window"])
 @pytest.mark.parametrize("shape", [(2, 257, 300, 4, 2), (1, 1000, 1000, 2, 2), (3, 64, 17, 8, 1)],
                          ids=["gqa", "square", "mqa"])
-@pytest.mark.parametrize("variant", ["0", "1", "2"], ids=["v0", "overlap", "two-parts"])
+@pytest.mark.parametrize("variant", ["0", "2"], ids=["v0", "two-parts"])
 def test_hopper_kv_backward(numerics, dtype, causal, window, shape, variant, monkeypatch):
-    """The Hopper backward (csrc/backward/bwd_kv_sm90.cuh, d=128; GPROJ_BWD_VARIANT 0, 1, 2)
+    """The Hopper backward (csrc/backward/bwd_kv_sm90.cuh, d=128; GPROJ_BWD_VARIANT 0, 2)
     against the float64 reference (within 1.5x the emulator's error) and the mma.sync passes."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("needs a Hopper GPU")
@@ -430,7 +430,7 @@ def test_hopper_kv_backward_varlen(numerics, monkeypatch):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("variant", ["0", "1", "2"], ids=["v0", "overlap", "two-parts"])
+@pytest.mark.parametrize("variant", ["0", "2"], ids=["v0", "two-parts"])
 def test_hopper_backward_gproj_bars_stress_points(causal, variant, monkeypatch):
     """The SPEC section 5 bars on the stress points (large key/query means, sharp rows) through
     the Hopper gproj backward (bf16, d=128): the λ pre-pass's S = QK^T and the KV-outer pass's

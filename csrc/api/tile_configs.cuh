@@ -55,21 +55,17 @@ inline int fwd_variant() {
 #endif
 }
 
-// GPROJ_BWD_VARIANT for A/B runs of the Hopper backward until measured (bwd_kv_sm90.cuh):
-// 1 = intra-warpgroup overlap (kOverlap), 2 = gproj's A in two parts (kTwoParts; fa3 mode: 0).
-// 0 or unset: the measured version.
+// GPROJ_BWD_VARIANT=2 for A/B runs of the Hopper backward (bwd_kv_sm90.cuh): gproj's A in two
+// parts (kTwoParts; fa3 mode has no parts and ignores it). 0 or unset: three parts.
 inline int bwd_variant() {
   const char* v = std::getenv("GPROJ_BWD_VARIANT");
-  return (v != nullptr && v[0] >= '1' && v[0] <= '2' && v[1] == '\0') ? v[0] - '0' : 0;
+  return (v != nullptr && v[0] == '2' && v[1] == '\0') ? 2 : 0;
 }
 
 template <typename T, int D, bool kGProj>
 void hopper_kv_pass(const AttnParams& p) {
-  const int v = bwd_variant();
-  if (v == 1) {
-    sm90::run_bwd_kv<T, D, kGProj, true>(p, p.total_q, p.total_k);
-  } else if (kGProj && v == 2) {
-    sm90::run_bwd_kv<T, D, kGProj, false, kGProj>(p, p.total_q, p.total_k);
+  if (kGProj && bwd_variant() == 2) {
+    sm90::run_bwd_kv<T, D, kGProj, kGProj>(p, p.total_q, p.total_k);
   } else {
     sm90::run_bwd_kv<T, D, kGProj, false>(p, p.total_q, p.total_k);
   }

@@ -31,13 +31,10 @@
 namespace gproj {
 namespace sm90 {
 
-template <typename T_, int kHeadDim_, bool kGProj_, bool kOverlap_ = false, bool kTwoParts_ = false>
+template <typename T_, int kHeadDim_, bool kGProj_, bool kTwoParts_ = false>
 struct BwdKvTraits {
   using T = T_;
   static constexpr bool kGProj = kGProj_;
-  // Variant 1 (GPROJ_BWD_VARIANT=1; NOT yet measured): P is formed while the dP GEMM runs and
-  // dS while the dV GEMM runs (FA3's intra-warpgroup overlap); variant 0 waits for both first.
-  static constexpr bool kOverlap = kOverlap_;
   // Variant 2 (GPROJ_BWD_VARIANT=2, gproj; NOT yet measured): A in two rounded parts for dK with
   // the rank-one colsum taken from the fp32 A ("2a" in bench/NOTES.md: the CPU emulator meets
   // every bar with it, worst Σ_j dK_j 1.4e-6); one dK GEMM and a third of the split fewer.
@@ -66,6 +63,9 @@ struct BwdKvTraits {
   using SmemAtomDS = decltype(cutlass::gemm::collective::detail::ss_smem_selector<
                               GMMA::Major::MN, Element, BM, BN>());
   using SmemLayoutDS = decltype(tile_to_shape(SmemAtomDS{}, Shape<BM, BN, _2>{}));
+  // ... viewed as (keys, queries) like the S^T accumulator, for the stmatrix stores
+  using SmemLayoutDSt = decltype(composition(
+      SmemLayoutDS{}, make_ordered_layout(Shape<BN, BM, _2>{}, Step<_2, _1, _3>{})));
 
   using TiledMmaSdP = decltype(make_tiled_mma(
       GMMA::ss_op_selector<Element, Element, float, Shape<_64, BM, HD>>(),
@@ -237,6 +237,15 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   Tensor tDQrDS = thr_dq.partition_fragment_A(sDS);
   Tensor tDQrPT = thr_dq.partition_fragment_A(sPT);
   Tensor tDQrKt = thr_dq.partition_fragment_B(sKt);
+  // dS~ (and P~) registers -> shared memory with stmatrix. The accumulator's rows are keys and its
+  // column pairs adjacent queries; dQ's A operand wants the queries contiguous, so 8 queries of one
+  // key are one 16-byte row of a non-transposed 8x8 stmatrix block: 4 instructions per thread
+  // instead of 16 scalar stores with their swizzled addresses.
+  auto r2s = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_sdp);
+  auto r2s_thr = r2s.get_thread_slice(tid);
+  Tensor tRSsDS = r2s_thr.partition_D(
+      make_tensor(make_smem_ptr(ss.ds.data()), typename Traits::SmemLayoutDSt{}));
+  Tensor tRSsPT = r2s_thr.partition_D(make_tensor(make_smem_ptr(pt_ptr), typename Traits::SmemLayoutDSt{}));
 
   auto shape_s = Shape<Int<kBlockN>, Int<kBlockM>>{};  // (keys, queries)
   Tensor tScS = thr_sdp.partition_C(make_identity_tensor(shape_s));
@@ -248,8 +257,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   clear(tdVrdV);
   Tensor tdKcdK = thr_kv.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
   Tensor tdQcdQ = thr_dq.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
-  // gproj: per key row, Σ over the head's queries of A's three rounded parts, in fp64 (it is
-  // multiplied by the large query mean c_q in the rank-one update).
+  // gproj: per key row, Σ over the head's queries of A, in fp64 across tiles (it is multiplied by
+  // the large query mean c_q in the rank-one update); inside a tile the lane's 16 terms are summed
+  // in fp32 first (error ~16 ulp of one term, far below the dK GEMM's own fp32 accumulation), so
+  // the fp64 work is one conversion and one add per row and tile, not per element.
   double colsum[kRows];
   CUTLASS_PRAGMA_UNROLL
   for (int r = 0; r < kRows; ++r) colsum[r] = 0.0;
@@ -276,156 +287,112 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       if constexpr (kGProj) ss.lam_lo[it & 1][tid] = lo;
     }
   };
-  // The 32-bit word holding elements (query q, key j) and (q + 1, j) of a (query, key) tile.
-  auto pair_at = [](auto& tile, int q, int j) -> uint32_t& {
-    return *reinterpret_cast<uint32_t*>(&tile(q, j));
-  };
-  auto pack = [](float x0, float x1) {
-    Element e[2] = {static_cast<Element>(x0), static_cast<Element>(x1)};
-    return *reinterpret_cast<uint32_t*>(e);
+  // fp32 accumulator -> rounded 16-bit register tensor, two values per conversion instruction
+  // (adjacent accumulator values are one lane's column pair).
+  auto to_element = [](auto const& acc, auto& out) {
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < size(acc); i += 2)
+      reinterpret_cast<uint32_t*>(out.data())[i / 2] = pack2<T>(acc(i), acc(i + 1));
   };
 
   if (n_items > 0) {
     load_rows(0);
     consumers_sync();
     ss.barrier_kv.wait(0);
-    PipelineState rd;
+    PipelineState rd, rd_prev;
     for (int it = 0; it < n_items; ++it) {
       const int hg = it / tiles_per_head;
       const int h = hk * group + hg, mb = mb_min + it % tiles_per_head;
       const int i0 = mb * kBlockM;
+      const float4* rows = ss.rows[it & 1];
       Tensor tSrS = partition_fragment_C(mma_sdp, shape_s);
       Tensor tSrDP = partition_fragment_C(mma_sdp, shape_s);
       pipe_q.consumer_wait(rd);
       wg_gemm<true>(mma_sdp, tSrK, tSrQ(_, _, _, rd.index()), tSrS);
       wg_gemm<true>(mma_sdp, tSrV, tSrDO(_, _, _, rd.index()), tSrDP);
       load_rows(it + 1);  // published by this tile's consumers_sync below
-      if constexpr (Traits::kOverlap) {
-        warpgroup_wait<1>();  // S done; dP may still run while P is formed
-      } else {
-        warpgroup_wait<0>();
-      }
+      warpgroup_wait<0>();  // S, dP, and the previous tile's dK: its Q/dO stage is free now
+      if (it > 0) pipe_q.consumer_release(rd_prev);
 
+      // P^T from the saved softmax state, fp32 and unrounded (dS needs it), one branch-free pass;
+      // entries the mask hides are zeroed in a second pass, only on tiles the mask cuts.
       Tensor s_rc = make_tensor(tSrS.data(), acc_rowcol(tSrS.layout()));
       Tensor dp_rc = make_tensor(tSrDP.data(), acc_rowcol(tSrDP.layout()));
-      Tensor sDSb = sDS(_, _, it & 1);
-      Tensor sPTb = sPT(_, _, it & 1);
-      const bool partial = mask.tile_partial(i0, i0 + kBlockM, n0, n0 + kBlockN);
-      if constexpr (Traits::kOverlap) {
-        auto issue_dv = [&](auto& tOrP) {  // dV += P~^T dO
-          wg_gemm<false>(mma_kv, make_tensor(tOrP.data(), acc_to_a_layout(tSrS.layout())),
-                         tKVrDOt(_, _, _, rd.index()), tdVrdV);
-        };
-        // P^T: s <- P (fp32, unrounded: dS needs it), P~ rounded once into dV's A operand (gproj:
-        // and into shared memory for dQ's P~K, as (query, key) pairs of adjacent queries).
-        Tensor tOrP = make_tensor_like<Element>(tSrS);
-        Tensor p_rc = make_tensor(tOrP.data(), acc_rowcol(tSrS.layout()));
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < size<1>(s_rc); ++j) {
+        const float4 row = rows[get<1>(c_rc(0, j))];
         CUTLASS_PRAGMA_UNROLL
-        for (int j = 0; j < size<1>(s_rc); j += 2) {
-          const int qi = get<1>(c_rc(0, j));
-          const float4 row[2] = {ss.rows[it & 1][qi], ss.rows[it & 1][qi + 1]};
-          CUTLASS_PRAGMA_UNROLL
-          for (int r = 0; r < kRows; ++r) {
-            const int kj = get<0>(c_rc(r, j));
-            float pt[2];
-            CUTLASS_PRAGMA_UNROLL
-            for (int e = 0; e < 2; ++e) {
-              const bool vis = !partial || mask.visible(i0 + qi + e, n0 + kj);
-              float pv;
-              if constexpr (kGProj) {  // exp2(fma(s - m, c, -log2 l)): the exact-max P
-                pv = vis ? exp2_approx(fmaf(s_rc(r, j + e) - row[e].x, c, -row[e].y)) : 0.f;
-              } else {  // FA3: exp2(fma(s, c, -lse2))
-                pv = vis ? exp2_approx(fmaf(s_rc(r, j + e), c, -row[e].x)) : 0.f;
-              }
-              s_rc(r, j + e) = pv;
-              pt[e] = round_to<T>(pv);
-              p_rc(r, j + e) = static_cast<Element>(pt[e]);  // exact
-            }
-            if constexpr (kGProj) pair_at(sPTb, qi, kj) = pack(pt[0], pt[1]);
+        for (int r = 0; r < kRows; ++r) {
+          if constexpr (kGProj) {  // exp2(fma(s - m, c, -log2 l)): the exact-max P
+            s_rc(r, j) = exp2_approx(fmaf(s_rc(r, j) - row.x, c, -row.y));
+          } else {  // FA3: exp2(fma(s, c, -lse2))
+            s_rc(r, j) = exp2_approx(fmaf(s_rc(r, j), c, -row.x));
           }
         }
-        issue_dv(tOrP);  // dV runs while dS is formed; dP is done after this wait
-        warpgroup_wait<1>();
-        // dS^T = P^T (dP^T - delta), rounded once: dp <- dS~ (fp32 values), and into shared memory.
-        CUTLASS_PRAGMA_UNROLL
-        for (int j = 0; j < size<1>(s_rc); j += 2) {
-          const int qi = get<1>(c_rc(0, j));
-          const float4 row[2] = {ss.rows[it & 1][qi], ss.rows[it & 1][qi + 1]};
-          const float delta[2] = {kGProj ? row[0].z : row[0].y, kGProj ? row[1].z : row[1].y};
-          CUTLASS_PRAGMA_UNROLL
-          for (int r = 0; r < kRows; ++r) {
-            CUTLASS_PRAGMA_UNROLL
-            for (int e = 0; e < 2; ++e)
-              dp_rc(r, j + e) = round_to<T>(s_rc(r, j + e) * (dp_rc(r, j + e) - delta[e]));
-            pair_at(sDSb, qi, get<0>(c_rc(r, j))) = pack(dp_rc(r, j), dp_rc(r, j + 1));
-          }
-        }
-      } else {  // the measured version: P and dS in one pass after both GEMMs
-        // P^T and dS^T in place, rounded once (s <- P~, dp <- dS~ as fp32 values); dS~ (and P~)
-        // also into shared memory for the dQ GEMMs, as (query, key) pairs of adjacent queries.
-        CUTLASS_PRAGMA_UNROLL
-        for (int j = 0; j < size<1>(s_rc); j += 2) {
-          const int qi = get<1>(c_rc(0, j));
-          const float4 row[2] = {ss.rows[it & 1][qi], ss.rows[it & 1][qi + 1]};
-          CUTLASS_PRAGMA_UNROLL
-          for (int r = 0; r < kRows; ++r) {
-            const int kj = get<0>(c_rc(r, j));
-            CUTLASS_PRAGMA_UNROLL
-            for (int e = 0; e < 2; ++e) {
-              const bool vis = !partial || mask.visible(i0 + qi + e, n0 + kj);
-              float pv, ds;
-              if constexpr (kGProj) {  // exp2(fma(s - m, c, -log2 l)): the exact-max P
-                pv = vis ? exp2_approx(fmaf(s_rc(r, j + e) - row[e].x, c, -row[e].y)) : 0.f;
-                ds = pv * (dp_rc(r, j + e) - row[e].z);
-              } else {  // FA3: exp2(fma(s, c, -lse2))
-                pv = vis ? exp2_approx(fmaf(s_rc(r, j + e), c, -row[e].x)) : 0.f;
-                ds = pv * (dp_rc(r, j + e) - row[e].y);
-              }
-              s_rc(r, j + e) = round_to<T>(pv);
-              dp_rc(r, j + e) = round_to<T>(ds);
-            }
-            pair_at(sDSb, qi, kj) = pack(dp_rc(r, j), dp_rc(r, j + 1));
-            if constexpr (kGProj) pair_at(sPTb, qi, kj) = pack(s_rc(r, j), s_rc(r, j + 1));
-          }
-        }
-        Tensor tOrP = make_tensor_like<Element>(tSrS);
-        CUTLASS_PRAGMA_UNROLL
-        for (int i = 0; i < size(tSrS); ++i) tOrP(i) = static_cast<Element>(tSrS(i));  // exact
-        wg_gemm<false>(mma_kv, make_tensor(tOrP.data(), acc_to_a_layout(tSrS.layout())),
-                       tKVrDOt(_, _, _, rd.index()), tdVrdV);
       }
+      if (mask.tile_partial(i0, i0 + kBlockM, n0, n0 + kBlockN)) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < size<1>(s_rc); ++j)
+          CUTLASS_PRAGMA_UNROLL
+          for (int r = 0; r < kRows; ++r)
+            if (!mask.visible(i0 + get<1>(c_rc(r, j)), n0 + get<0>(c_rc(r, j)))) s_rc(r, j) = 0.f;
+      }
+      // dS^T = P^T (dP^T - delta) in place; then both rounded once to 16 bits: P~ (dV's A
+      // operand) and dS~ (dK's A operand and, through shared memory, dQ's).
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < size<1>(dp_rc); ++j) {
+        const float4 row = rows[get<1>(c_rc(0, j))];
+        const float delta = kGProj ? row.z : row.y;
+        CUTLASS_PRAGMA_UNROLL
+        for (int r = 0; r < kRows; ++r) dp_rc(r, j) = s_rc(r, j) * (dp_rc(r, j) - delta);
+      }
+      Tensor tOrP = make_tensor_like<Element>(tSrS);
+      Tensor tOrDS = make_tensor_like<Element>(tSrDP);
+      to_element(tSrS, tOrP);
+      to_element(tSrDP, tOrDS);
+      copy(r2s, r2s_thr.retile_S(tOrDS), tRSsDS(_, _, _, it & 1));
+      if constexpr (kGProj) copy(r2s, r2s_thr.retile_S(tOrP), tRSsPT(_, _, _, it & 1));
+      wg_gemm<false>(mma_kv, make_tensor(tOrP.data(), acc_to_a_layout(tSrS.layout())),
+                     tKVrDOt(_, _, _, rd.index()), tdVrdV);  // dV += P~^T dO
+
+      float lam_dq[2] = {0.f, 0.f};  // gproj: lambda_hi of this lane's two dQ rows
       if constexpr (kGProj) {
-        // A = dS~ - lambda P~ in fp32 (every row sums to zero to fp32 rounding), as three
-        // rounded parts hi + mid + lo (~24 bits: see bwd_dkdv_kernel.cuh for why three; variant
-        // 2: two parts, see kTwoParts).
+        // A = dS~ - lambda P~ in fp32 from the rounded values the GEMMs see (every row sums to
+        // zero to fp32 rounding), as rounded parts hi + mid + lo (~24 bits: see
+        // bwd_dkdv_kernel.cuh for why three) or, kTwoParts, hi + lo ("2a").
+        Tensor p_rc = make_tensor(tOrP.data(), acc_rowcol(tSrS.layout()));
+        Tensor ds_rc = make_tensor(tOrDS.data(), acc_rowcol(tSrDP.layout()));
         Tensor tAhi = make_tensor_like<Element>(tSrS);
         Tensor tAmid = make_tensor_like<Element>(tSrS);
         Tensor tAlo = make_tensor_like<Element>(tSrS);
         Tensor hi_rc = make_tensor(tAhi.data(), acc_rowcol(tSrS.layout()));
         Tensor mid_rc = make_tensor(tAmid.data(), acc_rowcol(tSrS.layout()));
         Tensor lo_rc = make_tensor(tAlo.data(), acc_rowcol(tSrS.layout()));
+        float tile_sum[kRows];
         CUTLASS_PRAGMA_UNROLL
-        for (int j = 0; j < size<1>(s_rc); ++j) {
+        for (int r = 0; r < kRows; ++r) tile_sum[r] = 0.f;
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < size<1>(p_rc); ++j) {
           const int qi = get<1>(c_rc(0, j));
-          const float lam_hi = ss.rows[it & 1][qi].w, lam_lo = ss.lam_lo[it & 1][qi];
+          const float lam_hi = rows[qi].w, lam_lo = ss.lam_lo[it & 1][qi];
           CUTLASS_PRAGMA_UNROLL
           for (int r = 0; r < kRows; ++r) {
-            // P~ (variant 0 keeps it rounded in s; the overlap variant keeps P unrounded)
-            const float pt = Traits::kOverlap ? round_to<T>(s_rc(r, j)) : s_rc(r, j);
-            const float a = fmaf(-lam_lo, pt, fmaf(-lam_hi, pt, dp_rc(r, j)));
+            const float pt = static_cast<float>(p_rc(r, j));
+            const float a = fmaf(-lam_lo, pt, fmaf(-lam_hi, pt, static_cast<float>(ds_rc(r, j))));
             const float hi = round_to<T>(a), r1 = a - hi;
             hi_rc(r, j) = static_cast<Element>(hi);
-            if constexpr (Traits::kTwoParts) {  // "2a": two parts, colsum of the fp32 A itself
-              lo_rc(r, j) = static_cast<Element>(round_to<T>(r1));
-              colsum[r] += double(a);
+            if constexpr (Traits::kTwoParts) {
+              lo_rc(r, j) = static_cast<Element>(r1);
             } else {
-              const float mid = round_to<T>(r1), lo = round_to<T>(r1 - mid);
+              const float mid = round_to<T>(r1);
               mid_rc(r, j) = static_cast<Element>(mid);
-              lo_rc(r, j) = static_cast<Element>(lo);
-              colsum[r] += double(hi) + double(mid) + double(lo);
+              lo_rc(r, j) = static_cast<Element>(r1 - mid);
             }
+            tile_sum[r] += a;
           }
         }
+        CUTLASS_PRAGMA_UNROLL
+        for (int r = 0; r < kRows; ++r) colsum[r] += double(tile_sum[r]);
         wg_gemm<false>(mma_kv, make_tensor(tAhi.data(), acc_to_a_layout(tSrS.layout())),
                        tKVrQct(_, _, _, rd.index()), tdKrdK);
         if constexpr (!Traits::kTwoParts)
@@ -433,47 +400,53 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
                          tKVrQct(_, _, _, rd.index()), tdKrdK);
         wg_gemm<false>(mma_kv, make_tensor(tAlo.data(), acc_to_a_layout(tSrS.layout())),
                        tKVrQct(_, _, _, rd.index()), tdKrdK);
-        warpgroup_wait<0>();  // the A parts' registers are free again before dQ's accumulators
-      } else {
-        Tensor tOrDS = make_tensor_like<Element>(tSrDP);
-        CUTLASS_PRAGMA_UNROLL
-        for (int i = 0; i < size(tSrDP); ++i) tOrDS(i) = static_cast<Element>(tSrDP(i));
-        wg_gemm<false>(mma_kv, make_tensor(tOrDS.data(), acc_to_a_layout(tSrDP.layout())),
-                       tKVrQt(_, _, _, rd.index()), tdKrdK);
+        // read before the barrier: after it, a faster warpgroup may refill ss.rows[it & 1]
+        lam_dq[0] = rows[get<0>(tdQcdQ(0))].w;
+        lam_dq[1] = rows[get<0>(tdQcdQ(2))].w;
+        // the A parts' registers must be free before dQ's two accumulators exist (240 registers;
+        // without this wait ptxas serializes every WGMMA of the loop, C7511)
+        warpgroup_wait<0>();
       }
 
-      // gproj: lambda_hi of this thread's dQ rows, read before the barrier (after it, a faster
-      // thread may already be refilling ss.rows[it & 1] for tile it + 2).
-      float lam_dq[2] = {0.f, 0.f};
-      if constexpr (kGProj) {
-        lam_dq[0] = ss.rows[it & 1][get<0>(tdQcdQ(0))].w;
-        lam_dq[1] = ss.rows[it & 1][get<0>(tdQcdQ(2))].w;
-      }
-      cutlass::arch::fence_view_async_shared();  // generic-proxy writes -> WGMMA reads
+      cutlass::arch::fence_view_async_shared();  // stmatrix writes -> WGMMA reads
       consumers_sync();
       Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});
       Tensor tdQrPK = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});  // gproj
       wg_gemm<true>(mma_dq, tDQrDS(_, _, _, it & 1), tDQrKt, tdQrdQ);
-      if constexpr (kGProj) wg_gemm<true>(mma_dq, tDQrPT(_, _, _, it & 1), tDQrKt, tdQrPK);
-      warpgroup_wait<0>();
-      pipe_q.consumer_release(rd);
+      if constexpr (kGProj) {
+        wg_gemm<true>(mma_dq, tDQrPT(_, _, _, it & 1), tDQrKt, tdQrPK);
+        warpgroup_wait<0>();
+      } else {
+        // dK += dS~^T Q after dQ, so that the dQ atomics below run while dK is on the tensor
+        // cores (wait for dV and dQ only; dK is waited for with the next tile's S and dP)
+        wg_gemm<false>(mma_kv, make_tensor(tOrDS.data(), acc_to_a_layout(tSrDP.layout())),
+                       tKVrQt(_, _, _, rd.index()), tdKrdK);
+        warpgroup_wait<1>();
+      }
+      rd_prev = rd;
       ++rd;
 
       // dq_accum += dS~ K (gproj: dS~ K - lambda_hi P~ K, this key tile's share; unscaled),
-      // fp32 atomics. (A bulk reduce-add of each warpgroup's tile from shared memory, issued by
-      // one thread per warpgroup, measured 1.7x slower: bench/NOTES.md.)
+      // fp32 atomics. The lane's accumulator rows are r0 and r0 + 8 (values alternate every
+      // pair); their addresses are formed once. (A bulk reduce-add of each warpgroup's tile from
+      // shared memory, issued by one thread per warpgroup, measured 1.7x slower: NOTES.md.)
+      const int r0 = get<0>(tdQcdQ(0));
       float* acc = reinterpret_cast<float*>(p.dq_accum) + b * p.dq_stride[0] + h * p.dq_stride[2];
+      float* row_ptr[2];
+      bool row_ok[2];
+      CUTLASS_PRAGMA_UNROLL
+      for (int e = 0; e < 2; ++e) {
+        row_ok[e] = i0 + r0 + 8 * e < seq.nq;
+        row_ptr[e] = acc + int64_t(seq.q_start + i0 + r0 + 8 * e) * p.dq_stride[1];
+      }
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < size(tdQrdQ); i += 2) {
-        const int qi = get<0>(tdQcdQ(i)), col = get<1>(tdQcdQ(i));
+        const int e = (i >> 1) & 1, col = get<1>(tdQcdQ(i));
         float2 x = make_float2(tdQrdQ(i), tdQrdQ(i + 1));
-        if constexpr (kGProj) {
-          const float lam = lam_dq[(i >> 1) & 1];  // accumulator rows alternate every pair
-          x = make_float2(__fsub_rn(x.x, __fmul_rn(lam, tdQrPK(i))),
-                          __fsub_rn(x.y, __fmul_rn(lam, tdQrPK(i + 1))));
-        }
-        if (i0 + qi < seq.nq)
-          atomicAdd(reinterpret_cast<float2*>(acc + int64_t(seq.q_start + i0 + qi) * p.dq_stride[1] + col), x);
+        if constexpr (kGProj)
+          x = make_float2(__fsub_rn(x.x, __fmul_rn(lam_dq[e], tdQrPK(i))),
+                          __fsub_rn(x.y, __fmul_rn(lam_dq[e], tdQrPK(i + 1))));
+        if (row_ok[e]) atomicAdd(reinterpret_cast<float2*>(row_ptr[e] + col), x);
       }
 
       if constexpr (kGProj) {
@@ -492,6 +465,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         }
       }
     }
+    warpgroup_wait<0>();  // the last dK
   }
 
   // ---------------- epilogue: dK = alpha dK, dV, rows past the end dropped ----------------
@@ -515,9 +489,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 #endif
 }
 
-template <typename T, int kHeadDim, bool kGProj, bool kOverlap = false, bool kTwoParts = false>
+template <typename T, int kHeadDim, bool kGProj, bool kTwoParts = false>
 void run_bwd_kv(const AttnParams& p, int total_q, int total_k) {
-  using Traits = BwdKvTraits<T, kHeadDim, kGProj, kOverlap, kTwoParts>;
+  using Traits = BwdKvTraits<T, kHeadDim, kGProj, kTwoParts>;
   const bool varlen = p.cu_seqlens_q != 0;
   BwdKvParams<Traits> prm;
   set_tma_extents(prm, p, total_q, total_k);

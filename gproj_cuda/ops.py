@@ -188,7 +188,11 @@ def backward_cuda(dout, q, k, v, out, stats, cu_q, cu_k, max_q, max_k, scale, wl
         assert dk_accum.stride() == dk.stride()
         p.dk_accum = dk_accum.data_ptr()
     if hopper:
-        dq_accum = torch.zeros(dq.shape, dtype=torch.float32, device=q.device)  # dq's strides
+        # tiled: per head, 64-row tiles, each sequence starting a fresh one (csrc/common/tile.cuh)
+        rows = q.shape[0] if varlen else q.shape[0] * q.shape[1]
+        tiles = (rows + 64 * p.batch + 63) // 64
+        dq_accum = torch.zeros(p.heads * tiles * 64 * p.head_dim, dtype=torch.float32,
+                               device=q.device)
         p.dq_accum = dq_accum.data_ptr()
         if numerics == "gproj":
             p.q_centered, p.qc_stride = q_centered.data_ptr(), _strides3(q_centered, varlen)

@@ -213,7 +213,7 @@ int run_backward(const AttnParams& p, char* err, size_t err_len) {
       if (p.head_dim != 128) fail("backward_passes 8 (Hopper backward): head_dim %d, only 128 so far", p.head_dim);
       if (device_arch(p.device) < 90) fail("backward_passes 8 (Hopper KV-outer backward) needs sm_90 (Hopper)");
       if (p.partial) fail("backward_passes 8 (Hopper KV-outer backward) has no partial mode");
-      require_ptr(p.dq_accum, "dq_accum (fp32, zero-filled, dq's strides)");
+      require_ptr(p.dq_accum, "dq_accum (fp32, zero-filled, heads x dq_accum_tiles x 64 x head_dim: csrc/common/tile.cuh)");
     }  // (out, dq, dk, dv and their strides: checked below as for passes 1 and 2)
     if (p.backward_passes == 4) {  // experimental: writes rowstate only (bwd_lambda_sm90.cuh)
       if (p.numerics != int(Numerics::kGProj)) fail("backward_passes 4 (λ pre-pass) needs gproj numerics");

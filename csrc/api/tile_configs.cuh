@@ -132,12 +132,12 @@ void backward_impl(const AttnParams& p) {
         if constexpr (std::is_same<T, bf16>::value) {
           sm90::run_lambda_prepass<T, D>(p, p.total_q, p.total_k);  // delta, lambda
           hopper_kv_pass<T, D, true>(p);
-          launch_dq_finish<T, D, false>(p);  // lambda is in dq_accum already
+          launch_dq_finish<T, D>(p);  // lambda is in dq_accum already
         }
       } else {
         launch_delta<T, D>(p);
         hopper_kv_pass<T, D, false>(p);
-        launch_dq_finish<T, D, false>(p);
+        launch_dq_finish<T, D>(p);
       }
     }
     return;

@@ -12,7 +12,8 @@
 //   dV  += P~^T dO,  dK += dS~^T Q          WGMMA, A (P~, dS~) straight from registers
 //   dQ   = dS~ K                            WGMMA from shared memory (dS~ written there by both
 //                                           warpgroups; each computes half of the head dim)
-//   dq_accum += dQ                          fp32 atomics (order varies: not deterministic)
+//   dq_accum += dQ                          bulk reduce-add of each warpgroup's half from shared
+//                                           memory (order varies: not deterministic)
 // fa3: 5 GEMM-equivalents per (query tile, key tile), as FlashAttention-3.
 // gproj (SPEC section 3, the arithmetic of the mma.sync passes and reference.py): delta and
 // lambda = r / s (fp64 row sums of exactly the rounded dS~, P~ the GEMMs consume) come from the λ
@@ -62,10 +63,12 @@ struct BwdKvTraits {
   // barrier per tile separates the writes of tile t+1 from the dQ GEMM reads of tile t.
   using SmemAtomDS = decltype(cutlass::gemm::collective::detail::ss_smem_selector<
                               GMMA::Major::MN, Element, BM, BN>());
-  using SmemLayoutDS = decltype(tile_to_shape(SmemAtomDS{}, Shape<BM, BN, _2>{}));
+  // fa3: double buffered; gproj: single (its shared memory is full), one more barrier per tile.
+  static constexpr int kDsStages = kGProj ? 1 : 2;
+  using SmemLayoutDS = decltype(tile_to_shape(SmemAtomDS{}, Shape<BM, BN, Int<kDsStages>>{}));
   // ... viewed as (keys, queries) like the S^T accumulator, for the stmatrix stores
   using SmemLayoutDSt = decltype(composition(
-      SmemLayoutDS{}, make_ordered_layout(Shape<BN, BM, _2>{}, Step<_2, _1, _3>{})));
+      SmemLayoutDS{}, make_ordered_layout(Shape<BN, BM, Int<kDsStages>>{}, Step<_2, _1, _3>{})));
 
   using TiledMmaSdP = decltype(make_tiled_mma(
       GMMA::ss_op_selector<Element, Element, float, Shape<_64, BM, HD>>(),
@@ -84,8 +87,8 @@ struct BwdKvTraits {
   using TmaQ = TmaLoad<Element, decltype(take<0, 2>(SmemLayoutQ{})), Shape<BM, HD>>;
   using TmaK = TmaLoad<Element, SmemLayoutK, Shape<BN, HD>>;
 
-  // gproj: 224 KB of tiles + 2.5 KB of row state: the struct (1024-aligned) is 227 KB, the most
-  // a block may have.
+  // gproj: 224 KB of tiles (K, V, Q, dO, Q' 32 KB each, dS~ and P~ 16 KB, dQ 32 KB) + 2.5 KB of
+  // row state: the struct (1024-aligned) is 227 KB, the most a block may have. fa3: 194 KB.
   struct GProjTiles {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> qc;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutDS>, 1024> pt;
@@ -98,6 +101,9 @@ struct BwdKvTraits {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> dout;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutDS>, 1024> ds;
+    // this tile's dQ (fp32, each warpgroup's half in accumulator order: see dq_accum_offset),
+    // read by the bulk reduce-add into dq_accum
+    cute::array_aligned<float, kBlockM * kHeadDim, 1024> dq;
     ExtraTiles extra;  // gproj: Q' stages and P~ buffers
     // Row state per query tile (double buffered): fa3 {lse2, delta, -, -}; gproj {m, log2 l,
     // delta, lambda hi} and lambda lo.
@@ -107,6 +113,7 @@ struct BwdKvTraits {
     alignas(16) typename Pipeline::SharedStorage pipe_q;
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
+  static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an sm90 block may have");
 };
 
 template <class Traits>
@@ -117,9 +124,20 @@ struct BwdKvParams {
   AttnParams p;
 };
 
-// Named barrier of the two consumer warpgroups (ids 8-9 are the forward's pingpong turns).
+// Named barrier of the two consumer warpgroups (ids 8-9 are the forward's pingpong turns), and
+// one per consumer warpgroup (11, 12).
 __device__ __forceinline__ void consumers_sync() {
   asm volatile("bar.sync 10, 256;\n" ::: "memory");
+}
+__device__ __forceinline__ void wg_sync(int consumer) {
+  asm volatile("bar.sync %0, 128;\n" ::"r"(11 + consumer) : "memory");
+}
+
+// dq_accum += the fp32 values at smem (bytes: a multiple of 16), by the bulk copy engine.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* gmem, const float* smem, int bytes) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+               ::"l"(gmem), "r"(s), "r"(bytes) : "memory");
 }
 
 
@@ -350,8 +368,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       Tensor tOrDS = make_tensor_like<Element>(tSrDP);
       to_element(tSrS, tOrP);
       to_element(tSrDP, tOrDS);
-      copy(r2s, r2s_thr.retile_S(tOrDS), tRSsDS(_, _, _, it & 1));
-      if constexpr (kGProj) copy(r2s, r2s_thr.retile_S(tOrP), tRSsPT(_, _, _, it & 1));
+      const int ds_stage = it % Traits::kDsStages;
+      copy(r2s, r2s_thr.retile_S(tOrDS), tRSsDS(_, _, _, ds_stage));
+      if constexpr (kGProj) copy(r2s, r2s_thr.retile_S(tOrP), tRSsPT(_, _, _, ds_stage));
       wg_gemm<false>(mma_kv, make_tensor(tOrP.data(), acc_to_a_layout(tSrS.layout())),
                      tKVrDOt(_, _, _, rd.index()), tdVrdV);  // dV += P~^T dO
 
@@ -412,10 +431,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       consumers_sync();
       Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});
       Tensor tdQrPK = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});  // gproj
-      wg_gemm<true>(mma_dq, tDQrDS(_, _, _, it & 1), tDQrKt, tdQrdQ);
+      wg_gemm<true>(mma_dq, tDQrDS(_, _, _, ds_stage), tDQrKt, tdQrdQ);
       if constexpr (kGProj) {
-        wg_gemm<true>(mma_dq, tDQrPT(_, _, _, it & 1), tDQrKt, tdQrPK);
+        wg_gemm<true>(mma_dq, tDQrPT(_, _, _, ds_stage), tDQrKt, tdQrPK);
         warpgroup_wait<0>();
+        consumers_sync();  // both warpgroups' dQ GEMMs have read the single dS~ / P~ buffer
       } else {
         // dK += dS~^T Q after dQ, so that the dQ atomics below run while dK is on the tensor
         // cores (wait for dV and dQ only; dK is waited for with the next tile's S and dP)
@@ -426,27 +446,36 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       rd_prev = rd;
       ++rd;
 
-      // dq_accum += dS~ K (gproj: dS~ K - lambda_hi P~ K, this key tile's share; unscaled),
-      // fp32 atomics. The lane's accumulator rows are r0 and r0 + 8 (values alternate every
-      // pair); their addresses are formed once. (A bulk reduce-add of each warpgroup's tile from
-      // shared memory, issued by one thread per warpgroup, measured 1.7x slower: NOTES.md.)
-      const int r0 = get<0>(tdQcdQ(0));
-      float* acc = reinterpret_cast<float*>(p.dq_accum) + b * p.dq_stride[0] + h * p.dq_stride[2];
-      float* row_ptr[2];
-      bool row_ok[2];
-      CUTLASS_PRAGMA_UNROLL
-      for (int e = 0; e < 2; ++e) {
-        row_ok[e] = i0 + r0 + 8 * e < seq.nq;
-        row_ptr[e] = acc + int64_t(seq.q_start + i0 + r0 + 8 * e) * p.dq_stride[1];
-      }
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < size(tdQrdQ); i += 2) {
-        const int e = (i >> 1) & 1, col = get<1>(tdQcdQ(i));
-        float2 x = make_float2(tdQrdQ(i), tdQrdQ(i + 1));
-        if constexpr (kGProj)
-          x = make_float2(__fsub_rn(x.x, __fmul_rn(lam_dq[e], tdQrPK(i))),
-                          __fsub_rn(x.y, __fmul_rn(lam_dq[e], tdQrPK(i + 1))));
-        if (row_ok[e]) atomicAdd(reinterpret_cast<float2*>(row_ptr[e] + col), x);
+      // dq_accum += dS~ K (gproj: dS~ K - lambda_hi P~ K, this key tile's share; unscaled). Each
+      // warpgroup writes its 64 x 64 half to shared memory in accumulator order (float4 per
+      // lane, consecutive lanes consecutive 16 bytes: no bank conflicts), and one lane adds it
+      // to the tile's slot of dq_accum with one bulk reduce-add (the copy engine does the 16 KB
+      // of fp32 adds in L2, asynchronously; per-element atomics stalled the warps, NOTES.md).
+      {
+        const int w = wg - 1, lane128 = tid & 127;
+        float* sdq = ss.dq.data() + w * (kBlockM * kHeadDim / 2);
+        if (lane128 == 0) cute::tma_store_wait<0>();  // the previous tile's reduce has read sdq
+        wg_sync(w);
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < size(tdQrdQ); i += 4) {
+          float4 x = make_float4(tdQrdQ(i), tdQrdQ(i + 1), tdQrdQ(i + 2), tdQrdQ(i + 3));
+          if constexpr (kGProj) {  // values i, i+1 are row r0, values i+2, i+3 row r0 + 8
+            x = make_float4(__fsub_rn(x.x, __fmul_rn(lam_dq[0], tdQrPK(i))),
+                            __fsub_rn(x.y, __fmul_rn(lam_dq[0], tdQrPK(i + 1))),
+                            __fsub_rn(x.z, __fmul_rn(lam_dq[1], tdQrPK(i + 2))),
+                            __fsub_rn(x.w, __fmul_rn(lam_dq[1], tdQrPK(i + 3))));
+          }
+          *reinterpret_cast<float4*>(sdq + dq_accum_offset(0, kHeadDim, i, lane128)) = x;
+        }
+        cutlass::arch::fence_view_async_shared();  // generic writes -> the copy engine's reads
+        wg_sync(w);
+        if (lane128 == 0) {
+          float* g = reinterpret_cast<float*>(p.dq_accum) +
+                     (int64_t(h) * dq_accum_tiles(p) + dq_tile_base(p, b, seq.q_start) + mb) *
+                         (kBlockM * kHeadDim) + w * (kBlockM * kHeadDim / 2);
+          bulk_reduce_add_f32(g, sdq, kBlockM * kHeadDim / 2 * int(sizeof(float)));
+          cute::tma_store_arrive();  // commit the bulk group
+        }
       }
 
       if constexpr (kGProj) {
@@ -466,6 +495,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       }
     }
     warpgroup_wait<0>();  // the last dK
+    if ((tid & 127) == 0) cute::tma_store_wait<0>();  // shared memory outlives the last reduce
   }
 
   // ---------------- epilogue: dK = alpha dK, dV, rows past the end dropped ----------------

@@ -91,4 +91,31 @@ __device__ __forceinline__ int64_t rowstat_index(const AttnParams& p, int b, int
   return b * p.rs_batch_stride + h * p.rs_head_stride + row;
 }
 
+// dq_accum of the Hopper backward (bwd_kv_sm90.cuh -> dq_finish_kernel): fp32, per head, 64-row
+// tiles of 64 x D, each written by one bulk reduce-add per warpgroup. Sequence b's tiles start at
+// tile (rows before b + 64 b) / 64, so every sequence starts a fresh tile whatever the varlen
+// offsets (FlashAttention-3 pads its dQ accumulator the same way). gproj_cuda/ops.py allocates
+// heads * dq_accum_tiles * 64 * D floats, zero-filled.
+__host__ __device__ __forceinline__ int dq_tile_base(const AttnParams& p, int b, int q_start) {
+  return ((p.cu_seqlens_q ? q_start : b * p.seqlen_q) + 64 * b) / 64;
+}
+__host__ __device__ __forceinline__ int dq_accum_tiles(const AttnParams& p) {
+  return ((p.cu_seqlens_q ? p.total_q : p.batch * p.seqlen_q) + 64 * p.batch + 63) / 64;
+}
+// Inside a tile, warpgroup w's half (64 rows x D/2 columns) holds its WGMMA accumulator in
+// register order: value i of lane t at (i / 4) * 512 + 4 t + i % 4, so that each lane stores
+// float4s and consecutive lanes fill consecutive 16 bytes.
+__host__ __device__ __forceinline__ int dq_accum_offset(int w, int D, int i, int t) {
+  return w * (32 * D) + (i / 4) * 512 + 4 * t + (i % 4);
+}
+// ... and back: the (row, column) of offset `idx` of a tile. The m64nNk16 accumulator: lane t
+// (warp t / 32) holds value i = e0 + 2 e1 + 4 e2 at row 16 (t / 32) + (t % 32) / 4 + 8 e1,
+// column 2 (t % 4) + e0 + 8 e2 of its warpgroup's half.
+__host__ __device__ __forceinline__ void dq_accum_coord(int idx, int D, int& row, int& col) {
+  const int w = idx / (32 * D), rem = idx % (32 * D);
+  const int t = (rem % 512) / 4, i = 4 * (rem / 512) + rem % 4;
+  row = 16 * (t / 32) + (t % 32) / 4 + 8 * ((i >> 1) & 1);
+  col = w * (D / 2) + 2 * (t % 4) + (i & 1) + 8 * (i >> 2);
+}
+
 }  // namespace gproj

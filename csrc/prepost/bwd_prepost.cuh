@@ -1,10 +1,10 @@
 // Pre- and post-processing of the Hopper KV-outer backward (bwd_kv_sm90.cuh):
 //   delta_kernel:     rowstate = {delta, 0, 0, 0}, delta_i = Σ_d dO_id O_id in fp32 (fa3 mode;
 //                     gproj gets delta together with lambda from the λ pre-pass);
-//   dq_finish_kernel: dQ = alpha * dq_accum (gproj: alpha (dq_accum - lambda_hi pk_accum))
-//                     rounded once to the input dtype (the KV-outer pass adds each key tile's
-//                     dS~ K, P~ K into them in fp32).
-// Both are memory-bound: one warp per (row, head).
+//   dq_finish_kernel: dQ = alpha * dq_accum rounded once to the input dtype (the KV-outer pass
+//                     adds each key tile's dS~ K, gproj: dS~ K - lambda_hi P~ K, into dq_accum
+//                     in fp32; tiled layout: tile.cuh).
+// Both are memory-bound.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -42,32 +42,29 @@ __global__ void __launch_bounds__(32 * kPrepostWarps) delta_kernel(const AttnPar
         make_float4(acc, 0.f, 0.f, 0.f);
 }
 
-// gproj: dQ = alpha (dS~K - lambda_hi P~K), the two fp32 sums combined once (reference.py's
-// order: the product rounded, then the difference, then the scale).
-template <typename T, int D, bool kGProj>
-__global__ void __launch_bounds__(32 * kPrepostWarps) dq_finish_kernel(const AttnParams p) {
-  const int lane = threadIdx.x & 31, r = blockIdx.x * kPrepostWarps + (threadIdx.x >> 5);
-  const int h = blockIdx.y, b = blockIdx.z;
+// dQ = alpha * dq_accum rounded once to the input dtype. dq_accum is tiled (tile.cuh,
+// dq_accum_tiles): one block per (64-row tile, head, sequence) reads its tile with float4 loads and
+// writes each lane's value pairs (adjacent columns) as 32-bit stores.
+template <typename T, int D>
+__global__ void __launch_bounds__(256) dq_finish_kernel(const AttnParams p) {
+  const int mb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const SeqBounds seq(p, b);
-  if (r >= seq.nq) return;
-  const int64_t off = b * p.dq_stride[0] + int64_t(seq.q_start + r) * p.dq_stride[1] +
-                      h * p.dq_stride[2];
-  const float* acc = reinterpret_cast<const float*>(p.dq_accum) + off;
-  T* dq = reinterpret_cast<T*>(p.dq) + off;
-  float lam = 0.f;
-  const float* pk = nullptr;
-  if constexpr (kGProj) {
-    lam = reinterpret_cast<const float4*>(p.rowstate)[rowstat_index(p, b, h, seq.q_start + r)].y;
-    pk = reinterpret_cast<const float*>(p.pk_accum) + off;
-  }
-  for (int c = 2 * lane; c < D; c += 64) {
-    float2 x = *reinterpret_cast<const float2*>(acc + c);
-    if constexpr (kGProj) {
-      const float2 y = *reinterpret_cast<const float2*>(pk + c);
-      x = make_float2(__fsub_rn(x.x, __fmul_rn(lam, y.x)), __fsub_rn(x.y, __fmul_rn(lam, y.y)));
+  if (mb * 64 >= seq.nq) return;
+  const float* acc = reinterpret_cast<const float*>(p.dq_accum) +
+                     (int64_t(h) * dq_accum_tiles(p) + dq_tile_base(p, b, seq.q_start) + mb) * (64 * D);
+  T* dq = reinterpret_cast<T*>(p.dq) + b * p.dq_stride[0] + h * p.dq_stride[2];
+  for (int idx = 4 * threadIdx.x; idx < 64 * D; idx += 4 * 256) {
+    const float4 x = *reinterpret_cast<const float4*>(acc + idx);
+    const float v[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) {  // values e, e + 1: one row, adjacent columns
+      int row, col;
+      dq_accum_coord(idx + e, D, row, col);
+      const int i = mb * 64 + row;
+      if (i < seq.nq)
+        *reinterpret_cast<uint32_t*>(dq + int64_t(seq.q_start + i) * p.dq_stride[1] + col) =
+            pack2<T>(__fmul_rn(p.softmax_scale, v[e]), __fmul_rn(p.softmax_scale, v[e + 1]));
     }
-    *reinterpret_cast<uint32_t*>(dq + c) =
-        pack2<T>(__fmul_rn(p.softmax_scale, x.x), __fmul_rn(p.softmax_scale, x.y));
   }
 }
 
@@ -79,11 +76,11 @@ void launch_delta(const AttnParams& p) {
   check_cuda(cudaGetLastError(), "backward delta pre-pass");
 }
 
-template <typename T, int D, bool kGProj>
+template <typename T, int D>
 void launch_dq_finish(const AttnParams& p) {
-  const dim3 grid((p.seqlen_q + kPrepostWarps - 1) / kPrepostWarps, p.heads, p.batch);
+  const dim3 grid((p.seqlen_q + 63) / 64, p.heads, p.batch);
   if (grid.x == 0) return;
-  dq_finish_kernel<T, D, kGProj><<<grid, 32 * kPrepostWarps, 0, reinterpret_cast<cudaStream_t>(p.stream)>>>(p);
+  dq_finish_kernel<T, D><<<grid, 256, 0, reinterpret_cast<cudaStream_t>(p.stream)>>>(p);
   check_cuda(cudaGetLastError(), "backward dQ finish");
 }
 

@@ -73,7 +73,7 @@ if torch.cuda.get_device_capability()[0] >= 9:
 # (GPROJ_BWD_VARIANT), GQA, causal, odd lengths.
 if torch.cuda.get_device_capability()[0] == 9:
     os.environ["GPROJ_HOPPER_BWD"] = "1"
-    for numerics, causal, variant in itertools.product(("fa3", "gproj"), (False, True), "02"):
+    for numerics, causal, variant in itertools.product(("fa3", "gproj"), (False, True), "03"):
         os.environ["GPROJ_BWD_VARIANT"] = variant
         q = torch.randn(2, 77, 4, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
         k = torch.randn(2, 150, 2, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)

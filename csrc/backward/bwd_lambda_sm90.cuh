@@ -186,32 +186,50 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 
   if (nb_max > nb_min) {
     ss.barrier_q.wait(0);
+    // Pingpong (the forward's named barriers 8 and 9): the warpgroups take turns issuing their
+    // GEMMs, so one's elementwise work runs while the other's GEMMs are on the tensor cores.
+    // Consumer 0 goes first; each turn is a wait/pass pair, the same number in both warpgroups
+    // (same key tiles), and consumer 0's closing wait consumes consumer 1's last pass.
+    const int consumer = wg - 1;
+    if (consumer == 1) turn_pass(consumer);
     PipelineState rd;  // K and V advance together
     for (int nb = nb_max - 1; nb >= nb_min; --nb) {
+      turn_wait(consumer);
       pipe_k.consumer_wait(rd);
       wg_gemm<true>(mma, tSrQ, tSrK(_, _, _, rd.index()), tSrS);
       pipe_v.consumer_wait(rd);
       wg_gemm<true>(mma, tSrDO, tSrV(_, _, _, rd.index()), tSrDP);
+      turn_pass(consumer);
       warpgroup_wait<0>();
       pipe_k.consumer_release(rd);
       pipe_v.consumer_release(rd);
       ++rd;
+      // P in place, one branch-free pass; entries the mask hides zeroed only on tiles it cuts
       const int n0 = nb * kBlockN;
-      const bool partial = mask.tile_partial(m0, m0 + kBlockM, n0, n0 + kBlockN);
+      CUTLASS_PRAGMA_UNROLL
+      for (int r = 0; r < kRows; ++r)
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < size<1>(s_rc); ++j) s_rc(r, j) = recompute_p<true>(s_rc(r, j), rsm[r], c);
+      if (mask.tile_partial(m0, m0 + kBlockM, n0, n0 + kBlockN)) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int r = 0; r < kRows; ++r)
+          CUTLASS_PRAGMA_UNROLL
+          for (int j = 0; j < size<1>(s_rc); ++j)
+            if (!mask.visible(m0 + get<0>(c_rc(r, j)), n0 + get<1>(c_rc(r, j)))) s_rc(r, j) = 0.f;
+      }
       CUTLASS_PRAGMA_UNROLL
       for (int r = 0; r < kRows; ++r) {
         float rt = 0.f, st = 0.f;  // this tile's sums, fp32
         CUTLASS_PRAGMA_UNROLL
         for (int j = 0; j < size<1>(s_rc); ++j) {
-          const bool vis = !partial || mask.visible(m0 + get<0>(c_rc(r, j)), n0 + get<1>(c_rc(r, j)));
-          const float pv = vis ? recompute_p<true>(s_rc(r, j), rsm[r], c) : 0.f;
-          rt += round_to<TG>(pv * (dp_rc(r, j) - delta[r]));
-          st += round_to<TG>(pv);
+          rt += round_to<TG>(s_rc(r, j) * (dp_rc(r, j) - delta[r]));
+          st += round_to<TG>(s_rc(r, j));
         }
         r_sum[r] += double(rt);
         s_sum[r] += double(st);
       }
     }
+    if (consumer == 0) turn_wait(consumer);
   }
 
   CUTLASS_PRAGMA_UNROLL

@@ -107,8 +107,9 @@ struct BwdKvTraits {
     ExtraTiles extra;  // gproj: Q' stages and P~ buffers
     // Row state per query tile (double buffered): fa3 {lse2, delta, -, -}; gproj {m, log2 l,
     // delta, lambda hi} and lambda lo.
-    float4 rows[2][kBlockM];
-    float lam_lo[2][kGProj ? kBlockM : 1];
+    float2 row_st[2][kBlockM];  // {raw score max, log2 row sum} (the forward's stats)
+    float2 row_dl[2][kBlockM];  // {delta, lambda hi} (rowstate)
+    float row_lo[2][kGProj ? kBlockM : 1];  // lambda lo (rowstate)
     alignas(16) cutlass::arch::ClusterTransactionBarrier barrier_kv;
     alignas(16) typename Pipeline::SharedStorage pipe_q;
   };
@@ -131,6 +132,15 @@ __device__ __forceinline__ void consumers_sync() {
 }
 __device__ __forceinline__ void wg_sync(int consumer) {
   asm volatile("bar.sync %0, 128;\n" ::"r"(11 + consumer) : "memory");
+}
+
+// cp.async of one 8- or 16-byte value, zero-filled (nothing read) when !ok.
+template <class V>
+__device__ __forceinline__ void cp_async_zfill(V* smem, const V* gmem, bool ok) {
+  static_assert(sizeof(V) == 4 || sizeof(V) == 8 || sizeof(V) == 16, "cp.async.ca moves 4, 8 or 16 bytes");
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(s), "l"(gmem),
+               "n"(int(sizeof(V))), "r"(ok ? int(sizeof(V)) : 0) : "memory");
 }
 
 // dq_accum += the fp32 values at smem (bytes: a multiple of 16), by the bulk copy engine.
@@ -283,27 +293,25 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   CUTLASS_PRAGMA_UNROLL
   for (int r = 0; r < kRows; ++r) colsum[r] = 0.0;
 
-  // Softmax state, delta (and lambda) of item `it`'s query rows into ss.rows[it & 1].
-  auto load_rows = [&](int it) {
-    if (tid < kBlockM && it < n_items) {
+  // Softmax state, delta (and lambda) of item `it`'s query rows into ss.row_st / dl / lo[it & 1] by
+  // cp.async, issued a tile ahead and waited for just before the tile barrier that publishes
+  // them, so the load latency hides behind the tile's work and holds no registers. The first
+  // warp of each consumer warpgroup takes 32 of the 64 rows. Rows past the end are zero-filled
+  // (finite); the mask pass zeroes their P.
+  const int row_slot = (tid & 31) + 32 * (tid >> 7);  // this lane's row (first warps only)
+  const bool row_lane = (tid & 127) < 32;
+  auto fetch_rows = [&](int it) {
+    if (row_lane && it < n_items) {
       const int h = hk * group + it / tiles_per_head, mb = mb_min + it % tiles_per_head;
-      const int i = mb * kBlockM + tid;
-      float4 r = make_float4(INFINITY, 0.f, 0.f, 0.f);  // rows past the end: p = 0
-      float lo = 0.f;
-      if (i < seq.nq) {
-        const int64_t idx = rowstat_index(p, b, h, seq.q_start + i);
-        const float2 st = reinterpret_cast<const float2*>(p.stats)[idx];
-        const float4 rw = reinterpret_cast<const float4*>(p.rowstate)[idx];
-        if constexpr (kGProj) {
-          r = make_float4(st.x, st.y, rw.x, rw.y);
-          lo = rw.z;
-        } else {
-          r = make_float4(load_row_softmax(st, c).lse2, rw.x, 0.f, 0.f);
-        }
-      }
-      ss.rows[it & 1][tid] = r;
-      if constexpr (kGProj) ss.lam_lo[it & 1][tid] = lo;
+      const int i = mb * kBlockM + row_slot;
+      const bool ok = i < seq.nq;
+      const int64_t idx = ok ? rowstat_index(p, b, h, seq.q_start + i) : 0;
+      const float* rs = reinterpret_cast<const float*>(p.rowstate) + 4 * idx;
+      cp_async_zfill(&ss.row_st[it & 1][row_slot], reinterpret_cast<const float2*>(p.stats) + idx, ok);
+      cp_async_zfill(&ss.row_dl[it & 1][row_slot], reinterpret_cast<const float2*>(rs), ok);
+      if constexpr (kGProj) cp_async_zfill(&ss.row_lo[it & 1][row_slot], rs + 2, ok);
     }
+    cute::cp_async_fence();
   };
   // fp32 accumulator -> rounded 16-bit register tensor, two values per conversion instruction
   // (adjacent accumulator values are one lane's column pair).
@@ -314,7 +322,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   };
 
   if (n_items > 0) {
-    load_rows(0);
+    fetch_rows(0);
+    cute::cp_async_wait<0>();
     consumers_sync();
     ss.barrier_kv.wait(0);
     PipelineState rd, rd_prev;
@@ -322,13 +331,14 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       const int hg = it / tiles_per_head;
       const int h = hk * group + hg, mb = mb_min + it % tiles_per_head;
       const int i0 = mb * kBlockM;
-      const float4* rows = ss.rows[it & 1];
+      const float2* row_st = ss.row_st[it & 1];
+      const float2* row_dl = ss.row_dl[it & 1];
       Tensor tSrS = partition_fragment_C(mma_sdp, shape_s);
       Tensor tSrDP = partition_fragment_C(mma_sdp, shape_s);
       pipe_q.consumer_wait(rd);
       wg_gemm<true>(mma_sdp, tSrK, tSrQ(_, _, _, rd.index()), tSrS);
       wg_gemm<true>(mma_sdp, tSrV, tSrDO(_, _, _, rd.index()), tSrDP);
-      load_rows(it + 1);  // published by this tile's consumers_sync below
+      fetch_rows(it + 1);  // landed before, and published by, this tile's consumers_sync below
       warpgroup_wait<0>();  // S, dP, and the previous tile's dK: its Q/dO stage is free now
       if (it > 0) pipe_q.consumer_release(rd_prev);
 
@@ -338,13 +348,14 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       Tensor dp_rc = make_tensor(tSrDP.data(), acc_rowcol(tSrDP.layout()));
       CUTLASS_PRAGMA_UNROLL
       for (int j = 0; j < size<1>(s_rc); ++j) {
-        const float4 row = rows[get<1>(c_rc(0, j))];
+        const float2 st = row_st[get<1>(c_rc(0, j))];
+        const float lse2 = load_row_softmax(st, c).lse2;  // fa3: FA3's stored form
         CUTLASS_PRAGMA_UNROLL
         for (int r = 0; r < kRows; ++r) {
           if constexpr (kGProj) {  // exp2(fma(s - m, c, -log2 l)): the exact-max P
-            s_rc(r, j) = exp2_approx(fmaf(s_rc(r, j) - row.x, c, -row.y));
+            s_rc(r, j) = exp2_approx(fmaf(s_rc(r, j) - st.x, c, -st.y));
           } else {  // FA3: exp2(fma(s, c, -lse2))
-            s_rc(r, j) = exp2_approx(fmaf(s_rc(r, j), c, -row.x));
+            s_rc(r, j) = exp2_approx(fmaf(s_rc(r, j), c, -lse2));
           }
         }
       }
@@ -359,8 +370,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       // operand) and dS~ (dK's A operand and, through shared memory, dQ's).
       CUTLASS_PRAGMA_UNROLL
       for (int j = 0; j < size<1>(dp_rc); ++j) {
-        const float4 row = rows[get<1>(c_rc(0, j))];
-        const float delta = kGProj ? row.z : row.y;
+        const float delta = row_dl[get<1>(c_rc(0, j))].x;
         CUTLASS_PRAGMA_UNROLL
         for (int r = 0; r < kRows; ++r) dp_rc(r, j) = s_rc(r, j) * (dp_rc(r, j) - delta);
       }
@@ -393,7 +403,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         CUTLASS_PRAGMA_UNROLL
         for (int j = 0; j < size<1>(p_rc); ++j) {
           const int qi = get<1>(c_rc(0, j));
-          const float lam_hi = rows[qi].w, lam_lo = ss.lam_lo[it & 1][qi];
+          const float lam_hi = row_dl[qi].y, lam_lo = ss.row_lo[it & 1][qi];
           CUTLASS_PRAGMA_UNROLL
           for (int r = 0; r < kRows; ++r) {
             const float pt = static_cast<float>(p_rc(r, j));
@@ -419,14 +429,15 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
                          tKVrQct(_, _, _, rd.index()), tdKrdK);
         wg_gemm<false>(mma_kv, make_tensor(tAlo.data(), acc_to_a_layout(tSrS.layout())),
                        tKVrQct(_, _, _, rd.index()), tdKrdK);
-        // read before the barrier: after it, a faster warpgroup may refill ss.rows[it & 1]
-        lam_dq[0] = rows[get<0>(tdQcdQ(0))].w;
-        lam_dq[1] = rows[get<0>(tdQcdQ(2))].w;
+        // read before the barrier: after it, a faster warpgroup may refill row_dl[it & 1]
+        lam_dq[0] = row_dl[get<0>(tdQcdQ(0))].y;
+        lam_dq[1] = row_dl[get<0>(tdQcdQ(2))].y;
         // the A parts' registers must be free before dQ's two accumulators exist (240 registers;
         // without this wait ptxas serializes every WGMMA of the loop, C7511)
         warpgroup_wait<0>();
       }
 
+      cute::cp_async_wait<0>();  // the next tile's rows have landed
       cutlass::arch::fence_view_async_shared();  // stmatrix writes -> WGMMA reads
       consumers_sync();
       Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});

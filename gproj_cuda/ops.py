@@ -140,14 +140,14 @@ def forward_cuda(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics):
 
 def _hopper_backward(q: Tensor, numerics: str, hopper: Optional[bool]) -> bool:
     """Whether the Hopper backward (csrc/backward/bwd_kv_sm90.cuh) runs: the default
-    (``hopper=None``) unless GPROJ_HOPPER_BWD=0, where it covers the call so far (head dim 128,
-    sm_90; fa3 numerics in bf16/fp16, gproj in bf16); elsewhere the mma.sync passes run. Its dQ
+    (``hopper=None``) unless GPROJ_HOPPER_BWD=0, where it covers the call so far (head dims 64
+    and 128, sm_90; fa3 numerics in bf16/fp16, gproj in bf16); elsewhere the mma.sync passes run. Its dQ
     tiles are summed by asynchronous fp32 reduce-adds in varying order: not bitwise
     reproducible (``deterministic=True`` passes hopper=False)."""
     if hopper is None:
         hopper = os.environ.get("GPROJ_HOPPER_BWD", "1") != "0"
     covered = numerics == "fa3" or q.dtype == torch.bfloat16
-    return (hopper and covered and q.shape[-1] == 128
+    return (hopper and covered and q.shape[-1] in (64, 128)
             and torch.cuda.get_device_capability(q.device)[0] == 9)
 
 

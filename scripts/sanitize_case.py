@@ -69,15 +69,16 @@ if torch.cuda.get_device_capability()[0] >= 9:
                 torch.cuda.synchronize()
                 assert torch.isfinite(rowstate[..., :3]).all(), "λ pre-pass left rows unwritten"
 
-# The Hopper backward (d=128; GPROJ_HOPPER_BWD=1) in both numerics modes and both variants
+# The Hopper backward (d=64/128; GPROJ_HOPPER_BWD=1) in both numerics modes and both variants
 # (GPROJ_BWD_VARIANT), GQA, causal, odd lengths.
 if torch.cuda.get_device_capability()[0] == 9:
     os.environ["GPROJ_HOPPER_BWD"] = "1"
-    for numerics, causal, variant in itertools.product(("fa3", "gproj"), (False, True), "03"):
+    for numerics, causal, variant, d in itertools.product(("fa3", "gproj"), (False, True), "03",
+                                                           (64, 128)):
         os.environ["GPROJ_BWD_VARIANT"] = variant
-        q = torch.randn(2, 77, 4, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-        k = torch.randn(2, 150, 2, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-        v = torch.randn(2, 150, 2, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        q = torch.randn(2, 77, 4, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        k = torch.randn(2, 150, 2, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        v = torch.randn(2, 150, 2, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
         o = gproj_cuda.attention(q, k, v, causal=causal, numerics=numerics)
         o.backward(torch.randn_like(o))
     os.environ["GPROJ_HOPPER_BWD"] = os.environ["GPROJ_BWD_VARIANT"] = "0"

@@ -396,16 +396,17 @@ def test_hopper_lambda_prepass_matches_dq_pass(dtype, d, causal):
 @pytest.mark.parametrize("shape", [(2, 257, 300, 4, 2), (1, 1000, 1000, 2, 2), (3, 64, 17, 8, 1)],
                          ids=["gqa", "square", "mqa"])
 @pytest.mark.parametrize("variant", ["0", "3"], ids=["default", "three-parts"])
-def test_hopper_kv_backward(numerics, dtype, causal, window, shape, variant, monkeypatch):
-    """The Hopper backward (csrc/backward/bwd_kv_sm90.cuh, d=128; GPROJ_BWD_VARIANT 0, 3)
+@pytest.mark.parametrize("d", [64, 128])
+def test_hopper_kv_backward(numerics, dtype, causal, window, shape, variant, d, monkeypatch):
+    """The Hopper backward (csrc/backward/bwd_kv_sm90.cuh, d=64/128; GPROJ_BWD_VARIANT 0, 3)
     against the float64 reference (within 1.5x the emulator's error) and the mma.sync passes."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("needs a Hopper GPU")
     monkeypatch.setenv("GPROJ_BWD_VARIANT", variant)
     b, nq, nk, h, hk = shape
     g = torch.Generator(device=DEV).manual_seed(nq + nk + int(causal))
-    q, do = rand(b, nq, h, 128, dtype=dtype, g=g), rand(b, nq, h, 128, dtype=dtype, g=g)
-    k, v = rand(b, nk, hk, 128, dtype=dtype, g=g), rand(b, nk, hk, 128, dtype=dtype, g=g)
+    q, do = rand(b, nq, h, d, dtype=dtype, g=g), rand(b, nq, h, d, dtype=dtype, g=g)
+    k, v = rand(b, nk, hk, d, dtype=dtype, g=g), rand(b, nk, hk, d, dtype=dtype, g=g)
     monkeypatch.setenv("GPROJ_HOPPER_BWD", "0")
     base = run_kernels(q, k, v, do, numerics=numerics, causal=causal, window=window)
     monkeypatch.setenv("GPROJ_HOPPER_BWD", "1")
@@ -419,12 +420,13 @@ def test_hopper_kv_backward(numerics, dtype, causal, window, shape, variant, mon
 
 
 @pytest.mark.parametrize("numerics", ["fa3", "gproj"])
-def test_hopper_kv_backward_varlen(numerics, monkeypatch):
+@pytest.mark.parametrize("d", [64, 128])
+def test_hopper_kv_backward_varlen(numerics, d, monkeypatch):
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("needs a Hopper GPU")
     g = torch.Generator(device=DEV).manual_seed(5)
     cu = torch.tensor([0, 100, 100, 400, 529], dtype=torch.int32, device=DEV)
-    q, k, v, do = (rand(529, 4, 128, g=g) for _ in range(4))
+    q, k, v, do = (rand(529, 4, d, g=g) for _ in range(4))
     monkeypatch.setenv("GPROJ_HOPPER_BWD", "1")
     got = run_kernels(q, k, v, do, numerics=numerics, causal=True, cu_q=cu, cu_k=cu, max_q=300,
                       max_k=300)
@@ -433,16 +435,17 @@ def test_hopper_kv_backward_varlen(numerics, monkeypatch):
 
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("variant", ["0", "3"], ids=["default", "three-parts"])
-def test_hopper_backward_gproj_bars_stress_points(causal, variant, monkeypatch):
+@pytest.mark.parametrize("d", [64, 128])
+def test_hopper_backward_gproj_bars_stress_points(causal, variant, d, monkeypatch):
     """The SPEC section 5 bars on the stress points (large key/query means, sharp rows) through
-    the Hopper gproj backward (bf16, d=128): the λ pre-pass's S = QK^T and the KV-outer pass's
+    the Hopper gproj backward (bf16, d=64/128): the λ pre-pass's S = QK^T and the KV-outer pass's
     S^T = KQ^T must give the same rounded dS~, or Σ_j dK_j shows it."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("needs a Hopper GPU")
     monkeypatch.setenv("GPROJ_HOPPER_BWD", "1")
     monkeypatch.setenv("GPROJ_BWD_VARIANT", variant)
     for i, (km, qm, qs) in enumerate(GRID_POINTS):
-        q, k, v, do = stress_inputs(1, 1024, 2, 128, kmean=km, qmean=qm, qscale=qs,
+        q, k, v, do = stress_inputs(1, 1024, 2, d, kmean=km, qmean=qm, qscale=qs,
                                     dtype=torch.bfloat16, device=DEV, seed=1000 + i)
         out, lse, dq, dk, dv, dk32 = run_kernels(q, k, v, do, causal=causal)
         ref = reference.attention_grads(q, k, v, do, causal=causal)

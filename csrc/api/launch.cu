@@ -210,7 +210,7 @@ int run_backward(const AttnParams& p, char* err, size_t err_len) {
         require_ptr(p.q_centered, "q_centered (Q - q_shift)");
         require_strides(p.qc_stride, "q_centered", varlen);
       }
-      if (p.head_dim != 128) fail("backward_passes 8 (Hopper backward): head_dim %d, only 128 so far", p.head_dim);
+      if (p.head_dim != 64 && p.head_dim != 128) fail("backward_passes 8 (Hopper backward): head_dim %d, only 64 and 128 so far", p.head_dim);
       if (device_arch(p.device) < 90) fail("backward_passes 8 (Hopper KV-outer backward) needs sm_90 (Hopper)");
       if (p.partial) fail("backward_passes 8 (Hopper KV-outer backward) has no partial mode");
       require_ptr(p.dq_accum, "dq_accum (fp32, zero-filled, heads x dq_accum_tiles x 64 x head_dim: csrc/common/tile.cuh)");

@@ -127,8 +127,8 @@ void backward_impl(const AttnParams& p) {
     sm90::run_lambda_prepass<T, D>(p, p.total_q, p.total_k);
     return;
   }
-  if (p.backward_passes == 8) {  // the Hopper backward (experimental; run_backward validates)
-    if constexpr (D == 128) {
+  if (p.backward_passes == 8) {  // the Hopper backward (d = 64, 128; run_backward validates)
+    if constexpr (D == 64 || D == 128) {
       if (p.numerics == int(Numerics::kGProj)) {
         if constexpr (std::is_same<T, bf16>::value) {
           sm90::run_lambda_prepass<T, D>(p, p.total_q, p.total_k);  // delta, lambda

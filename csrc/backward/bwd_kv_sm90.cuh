@@ -65,9 +65,6 @@ struct BwdKvTraits {
                               GMMA::Major::MN, Element, BM, BN>());
   // fa3: double buffered; gproj: single (its shared memory is full), one more barrier per tile.
   static constexpr int kDsStages = kGProj ? 1 : 2;
-  // dQ staging for the bulk reduce-add: fa3 double buffered (the copy engine may still be reading
-  // the previous tile's when the next is ready: NOTES.md, v9), gproj single (no room).
-  static constexpr int kDqStages = kGProj ? 1 : 2;
   using SmemLayoutDS = decltype(tile_to_shape(SmemAtomDS{}, Shape<BM, BN, Int<kDsStages>>{}));
   // ... viewed as (keys, queries) like the S^T accumulator, for the stmatrix stores
   using SmemLayoutDSt = decltype(composition(
@@ -106,7 +103,7 @@ struct BwdKvTraits {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutDS>, 1024> ds;
     // this tile's dQ (fp32, each warpgroup's half in accumulator order: see dq_accum_offset),
     // read by the bulk reduce-add into dq_accum
-    cute::array_aligned<float, kDqStages * kBlockM * kHeadDim, 1024> dq;
+    cute::array_aligned<float, kBlockM * kHeadDim, 1024> dq;
     ExtraTiles extra;  // gproj: Q' stages and P~ buffers
     // Row state per query tile (double buffered): fa3 {lse2, delta, -, -}; gproj {m, log2 l,
     // delta, lambda hi} and lambda lo.
@@ -467,10 +464,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       // of fp32 adds in L2, asynchronously; per-element atomics stalled the warps, NOTES.md).
       {
         const int w = wg - 1, lane128 = tid & 127;
-        float* sdq = ss.dq.data() + (it % Traits::kDqStages) * (kBlockM * kHeadDim) +
-                     w * (kBlockM * kHeadDim / 2);
-        // the reduce that last read this buffer (kDqStages tiles ago) is done reading it
-        if (lane128 == 0) cute::tma_store_wait<Traits::kDqStages - 1>();
+        float* sdq = ss.dq.data() + w * (kBlockM * kHeadDim / 2);
+        if (lane128 == 0) cute::tma_store_wait<0>();  // the previous tile's reduce has read sdq
         wg_sync(w);
         CUTLASS_PRAGMA_UNROLL
         for (int i = 0; i < size(tdQrdQ); i += 4) {

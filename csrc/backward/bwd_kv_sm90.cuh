@@ -1,7 +1,7 @@
 // The Hopper (sm_90a) KV-outer backward pass: TMA + WGMMA, warp-specialized (issue 7).
-// EXPERIMENTAL: head dim 128, fa3 numerics (bf16, fp16) and gproj (bf16), reachable through
-// backward_passes = 8 (C API) or GPROJ_HOPPER_BWD=1 (Python); everything else takes the
-// mma.sync passes.
+// The default backward where it covers the call: head dims 64 and 128, fa3 numerics (bf16, fp16)
+// and gproj (bf16); backward_passes = 8 in the C API, GPROJ_HOPPER_BWD=0 / deterministic=True in
+// Python take the mma.sync passes instead (as does everything this does not cover).
 //
 // One block = 128 keys of one (sequence, kv head). K and V stay in shared memory; the block walks
 // every query head of its GQA group and every 64-row query tile that sees its keys, and a
@@ -18,10 +18,11 @@
 // gproj (SPEC section 3, the arithmetic of the mma.sync passes and reference.py): delta and
 // lambda = r / s (fp64 row sums of exactly the rounded dS~, P~ the GEMMs consume) come from the λ
 // pre-pass (bwd_lambda_sm90.cuh, 2 GEMM-equivalents); here A = dS~ - lambda P~ in fp32 (lambda as
-// hi + lo), split into three rounded parts, dK += part^T Q' against the centered queries Q' = Q
-// - c_q (loaded by TMA beside Q), plus c_q (x) colsum(A) (fp64) per head; dQ += dS~ K -
-// lambda_hi P~ K per key tile, combined in fp32 registers (two GEMMs: never re-rounded through
-// dS~ - lambda P~). S, dP, dV, 3 x dK, 2 x dQ: 8 GEMM-equivalents, 10 with the pre-pass.
+// hi + lo), split into two rounded parts (GPROJ_BWD_VARIANT=3: three, the mma.sync form),
+// dK += part^T Q' against the centered queries Q' = Q - c_q (loaded by TMA beside Q), plus
+// c_q (x) colsum(A) per head (fp32 per tile, fp64 across tiles); dQ += dS~ K - lambda_hi P~ K per
+// key tile, combined in fp32 registers (two GEMMs: never re-rounded through dS~ - lambda P~).
+// S, dP, dV, 2 x dK, 2 x dQ: 7 GEMM-equivalents, 9 with the pre-pass (three parts: 8 and 10).
 // dK and dV of a key are summed over the whole group inside one block (no atomics); dQ is rounded
 // once by dq_finish_kernel. fa3's delta comes from delta_kernel (bwd_prepost.cuh).
 #pragma once
@@ -36,9 +37,9 @@ template <typename T_, int kHeadDim_, bool kGProj_, bool kTwoParts_ = false>
 struct BwdKvTraits {
   using T = T_;
   static constexpr bool kGProj = kGProj_;
-  // Variant 2 (GPROJ_BWD_VARIANT=2, gproj; NOT yet measured): A in two rounded parts for dK with
-  // the rank-one colsum taken from the fp32 A ("2a" in bench/NOTES.md: the CPU emulator meets
-  // every bar with it, worst Σ_j dK_j 1.4e-6); one dK GEMM and a third of the split fewer.
+  // gproj's default: A in two rounded parts for dK ("2a" in bench/NOTES.md: the CPU emulator and
+  // the H200 grid meet every bar with it, worst Σ_j dK_j 1.4e-6 / 1.6e-6); one dK GEMM and a third
+  // of the split fewer than three parts (GPROJ_BWD_VARIANT=3), +5-10% measured.
   static constexpr bool kTwoParts = kTwoParts_;
   using Element = typename CuteElement<T_>::type;
   static constexpr int kHeadDim = kHeadDim_, kBlockN = 128, kBlockM = 64, kStages = 2;

@@ -1,7 +1,6 @@
-// GProj's λ pre-pass for Hopper (sm_90a): the first kernel of the planned Hopper backward
-// (bench/NOTES.md, "Plan for the Hopper backward"). NOT yet wired into the backward, NOT yet run
-// on a GPU: `run_lambda_prepass` is reachable only through the C API's backward_passes = 4 so a
-// test can compare its rowstate with the mma.sync dQ pass's.
+// GProj's λ pre-pass for Hopper (sm_90a): the first kernel of the gproj Hopper backward
+// (backward_passes = 8: this, then bwd_kv_sm90.cuh); backward_passes = 4 runs it alone so a test
+// can compare its rowstate with the mma.sync dQ pass's.
 //
 // Per query row i: delta_i = Σ_d dO_id O_id, and over every visible key j the row sums of exactly
 // the rounded values the gradient GEMMs will consume, r_i = Σ_j bf16(dS_ij), s_i = Σ_j bf16(P_ij)
@@ -9,9 +8,9 @@
 // lambda = r / s as two fp32 parts. Writes rowstate = {delta, lambda hi, lambda lo, 0}.
 //
 // Block = producer warpgroup (TMA: Q and dO once, K and V per key tile through two mbarrier
-// pipelines) + two consumer warpgroups (64 query rows each): S = Q K^T and dP = dO V^T by WGMMA
-// with both operands in shared memory, then P, dS and the row sums in registers. Two of the 9
-// GEMM-equivalents of the planned gproj backward; no output GEMM.
+// pipelines) + two consumer warpgroups (64 query rows each) taking turns at the tensor cores
+// (pingpong): S = Q K^T and dP = dO V^T by WGMMA with both operands in shared memory, then P, dS
+// and the row sums in registers. Two of the gproj backward's 9 GEMM-equivalents; no output GEMM.
 #pragma once
 
 #include "../backward/bwd_common.cuh"

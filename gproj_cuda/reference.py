@@ -392,10 +392,11 @@ def _lambda(r, s):
     return hi, (lam - hi.double()).float()
 
 
-def _dkdv_chunk(qs, ks, vs, dos, st, delta, lam, q_shift, keep, c, gt, alpha, numerics):
+def _dkdv_chunk(qs, ks, vs, dos, st, delta, lam, q_shift, keep, c, gt, alpha, numerics,
+                a_parts=3):
     """Backward pass 2 (KV-outer) for one query chunk: fp32 ``(dK, dV)`` of the chunk's keys,
     dK scaled by alpha, summed over the query heads of each kv head (GQA). ``lam`` is
-    ``(hi, lo)`` from ``_lambda`` (gproj)."""
+    ``(hi, lo)`` from ``_lambda`` (gproj); ``a_parts``: see ``emulate_backward``."""
     h, hk = qs.shape[0], ks.shape[0]
     g = h // hk
     dk = torch.zeros_like(ks)
@@ -413,12 +414,19 @@ def _dkdv_chunk(qs, ks, vs, dos, st, delta, lam, q_shift, keep, c, gt, alpha, nu
             # P~ᵀ bf16(λ∘Q) leaves 2^-9 of the removed leak (Σ dK residual up to 3e-3);
             # a hi/lo split of λ∘Q leaves 2^-17 of it (6e-2 when FP16 rows are so sharp
             # that the leak dwarfs dK); a two-part split of A leaves 2^-17 of |A||Q|
-            # (1.5e-5 with a large query mean). All miss the 1e-5 bar somewhere.
+            # (1.5e-5 with a large query mean). All miss the 1e-5 bar somewhere. With the
+            # centered queries and the fp64 rank-one below, two parts of A do meet it
+            # (a_parts=2, the Hopper backward's form, "2a" in bench/NOTES.md: worst 1.4e-6
+            # here, 1.6e-6 on the H200), with the colsum taken of the fp32 A itself.
             a = _fma(-lam[1][hc], p_t, _fma(-lam[0][hc], p_t, ds_t))
             a_hi = a.to(gt).float()
             r1 = a - a_hi
-            a_mid = r1.to(gt).float()
-            a_lo = (r1 - a_mid).to(gt).float()
+            if a_parts == 2:
+                a_mid = torch.zeros_like(a)
+                a_lo = r1.to(gt).float()
+            else:
+                a_mid = r1.to(gt).float()
+                a_lo = (r1 - a_mid).to(gt).float()
             # The GEMM takes exactly centered queries q' = q - c_q, and the common part
             # returns as the rank-one c_q (x) colsum(A) in fp32: the tensor cores' fp32
             # accumulation (truncating, on Hopper) is then relative to the queries'
@@ -426,10 +434,14 @@ def _dkdv_chunk(qs, ks, vs, dos, st, delta, lam, q_shift, keep, c, gt, alpha, nu
             # residual of 3e-5 on the H200 without this).
             qc_g = (qh - q_shift[hc].unsqueeze(1)).to(gt).float()
             # colsum in fp64: it is multiplied by the (large) query mean.
-            colsum = (a_hi.double() + a_mid.double() + a_lo.double()).sum(-2)
+            if a_parts == 2:
+                colsum = a.double().sum(-2)
+            else:
+                colsum = (a_hi.double() + a_mid.double() + a_lo.double()).sum(-2)
             rank1 = (colsum.unsqueeze(-1) * q_shift[hc].double().unsqueeze(1)).float()
-            dk_acc = (a_hi.transpose(-1, -2) @ qc_g + a_mid.transpose(-1, -2) @ qc_g
-                      + a_lo.transpose(-1, -2) @ qc_g + rank1)
+            dk_acc = a_hi.transpose(-1, -2) @ qc_g + a_lo.transpose(-1, -2) @ qc_g + rank1
+            if a_parts != 2:
+                dk_acc = dk_acc + a_mid.transpose(-1, -2) @ qc_g
         else:
             dk_acc = ds_t.transpose(-1, -2) @ qh.to(gt).float()
         dv_acc = p_t.transpose(-1, -2) @ doh.to(gt).float()
@@ -440,14 +452,18 @@ def _dkdv_chunk(qs, ks, vs, dos, st, delta, lam, q_shift, keep, c, gt, alpha, nu
 
 def emulate_backward(do, q, k, v, out, stats, *, numerics="gproj", causal=False,
                      softmax_scale=None, window_size=(-1, -1), cu_seqlens_q=None,
-                     cu_seqlens_k=None, fp32_grads=False):
+                     cu_seqlens_k=None, fp32_grads=False, a_parts=3):
     """The backward kernels' arithmetic. Returns ``(dq, dk, dv)``.
 
     In the input dtype, or in fp32 with ``fp32_grads=True`` (the values before the final store,
-    which is where the SPEC's Σ_j dK_j bar is measured).
+    which is where the SPEC's Σ_j dK_j bar is measured). ``a_parts`` (gproj): A = dS~ - λP~
+    enters the dK GEMM as 3 rounded parts (the mma.sync passes) or 2 (the Hopper backward,
+    the default on sm_90 at d=64/128); the kernels' fp32 summation orders are not modelled.
     """
     if numerics not in NUMERICS:
         raise ValueError(f"numerics must be one of {NUMERICS}, got {numerics!r}")
+    if a_parts not in (2, 3):
+        raise ValueError(f"a_parts must be 2 or 3, got {a_parts!r}")
     varlen, h, hk = _check_common(q, k, v, cu_seqlens_q, cu_seqlens_k)
     scale = default_scale(q.shape[-1], softmax_scale)
     c = _scale_log2(scale)
@@ -479,7 +495,7 @@ def emulate_backward(do, q, k, v, out, stats, *, numerics="gproj", causal=False,
             dq_seg = alpha * (dsk - lam[0] * pk if lam is not None else dsk)
             q_shift = q_shifts[b] if numerics == "gproj" else None
             dk_seg, dv_seg = _dkdv_chunk(qs, ks, vs, dos, st, delta, lam, q_shift, keep, c, gt,
-                                         alpha, numerics)
+                                         alpha, numerics, a_parts)
         _put(dq, b, qr, varlen, dq_seg.to(gdt))
         _put(dk, b, kr, varlen, dk_seg.to(gdt))
         _put(dv, b, kr, varlen, dv_seg.to(gdt))
@@ -487,10 +503,13 @@ def emulate_backward(do, q, k, v, out, stats, *, numerics="gproj", causal=False,
 
 
 def emulate(q, k, v, do, *, numerics="gproj", causal=False, softmax_scale=None,
-            window_size=(-1, -1), cu_seqlens_q=None, cu_seqlens_k=None, fp32_grads=False):
-    """Forward and backward kernel arithmetic on the CPU: ``(out, lse, dq, dk, dv)``."""
+            window_size=(-1, -1), cu_seqlens_q=None, cu_seqlens_k=None, fp32_grads=False,
+            a_parts=3):
+    """Forward and backward kernel arithmetic on the CPU: ``(out, lse, dq, dk, dv)``.
+    ``a_parts``: see ``emulate_backward``."""
     kw = dict(numerics=numerics, causal=causal, softmax_scale=softmax_scale,
               window_size=window_size, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
     out, lse, stats = emulate_forward(q, k, v, **kw)
-    dq, dk, dv = emulate_backward(do, q, k, v, out, stats, fp32_grads=fp32_grads, **kw)
+    dq, dk, dv = emulate_backward(do, q, k, v, out, stats, fp32_grads=fp32_grads,
+                                  a_parts=a_parts, **kw)
     return out, lse, dq, dk, dv

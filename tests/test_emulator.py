@@ -12,9 +12,10 @@ from gproj_cuda.metrics import row_rel_err, stress_inputs, sum_dk_rel
 BAR = 0.005
 
 
-def errors(q, k, v, do, numerics, causal=False):
+def errors(q, k, v, do, numerics, causal=False, a_parts=3):
     ref = reference.attention_grads(q, k, v, do, causal=causal)
-    got = reference.emulate(q, k, v, do, numerics=numerics, causal=causal, fp32_grads=True)
+    got = reference.emulate(q, k, v, do, numerics=numerics, causal=causal, fp32_grads=True,
+                            a_parts=a_parts)
     names = ("o", "lse", "dq", "dk", "dv")
     e = {n: row_rel_err(g, r) for n, g, r in zip(names, got, ref) if n != "lse"}
     e["sum_dk"] = sum_dk_rel(got[3])
@@ -38,13 +39,16 @@ def test_fa3_leak_grows_with_key_mean():
 GRID = list(itertools.product((0, 32, 256, 1024), (0, 16), (1, 16, 32), (False, True)))
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-def test_gproj_meets_bars_full_grid_d64(dtype):
+@pytest.mark.parametrize("dtype,a_parts", [(torch.bfloat16, 3), (torch.float16, 3),
+                                           (torch.bfloat16, 2)],
+                         ids=["bf16", "fp16", "bf16-two-parts"])
+def test_gproj_meets_bars_full_grid_d64(dtype, a_parts):
+    """Three parts of A: the mma.sync passes; two: the Hopper backward (bf16 only so far)."""
     worst = {"dq": 0.0, "dk": 0.0, "sum_dk": 0.0}
     for i, (km, qm, qs, causal) in enumerate(GRID):
         q, k, v, do = stress_inputs(1, 256, 2, 64, kmean=km, qmean=qm, qscale=qs, dtype=dtype,
                                     seed=100 + i)
-        e = errors(q, k, v, do, "gproj", causal)
+        e = errors(q, k, v, do, "gproj", causal, a_parts)
         for key in worst:
             worst[key] = max(worst[key], e[key])
         assert e["dq"] <= BAR and e["dk"] <= BAR, (km, qm, qs, causal, e)
@@ -63,6 +67,21 @@ def test_gproj_meets_bars_extremes(d, dtype):
                                     seed=7 + i)
         e = errors(q, k, v, do, "gproj", causal=bool(i % 2))
         assert e["dq"] <= BAR and e["dk"] <= BAR and e["sum_dk"] <= e["sum_dk_bar"], (km, qm, qs, e)
+
+
+def test_two_parts_of_a_change_only_dk_and_stay_exact_in_sum():
+    """a_parts=2 (the Hopper backward's form) and 3 give the same O, dQ, dV and differ in dK
+    only at the level of the third part; a bad value is refused."""
+    q, k, v, do = stress_inputs(1, 128, 2, 64, kmean=256, qmean=16, qscale=16, seed=3)
+    three = reference.emulate(q, k, v, do, causal=True, fp32_grads=True)
+    two = reference.emulate(q, k, v, do, causal=True, fp32_grads=True, a_parts=2)
+    for i in (0, 1, 2, 4):
+        assert torch.equal(two[i], three[i])
+    diff = (two[3] - three[3]).norm() / three[3].norm()
+    assert 0 < diff < 1e-4, diff
+    assert sum_dk_rel(two[3]) <= 1e-5
+    with pytest.raises(ValueError, match="a_parts"):
+        reference.emulate(q, k, v, do, a_parts=4)
 
 
 def test_dq_invariant_to_common_key_shift():

@@ -16,5 +16,6 @@ for num in ${MODES:-fa3 gproj}; do
     ncu -i "$rep.ncu-rep" --page details > "$rep.txt" 2>&1
     ncu -i "$rep.ncu-rep" --page source --csv --print-source sass > "$rep.sass.csv" 2>/dev/null
     grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Warp Cycles Per Issued|Bank Conflicts|One or More Eligible" "$rep.txt" | head -12
+    python3 scripts/ncu_regions.py "$rep.sass.csv" 2 > "$rep.regions.txt" 2>&1
   done
 done

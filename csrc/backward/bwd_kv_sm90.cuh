@@ -175,6 +175,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   mask.query_blocks(n0, n_end, kBlockM, mb_min, mb_max);
   const int tiles_per_head = mb_max - mb_min;
   const int n_items = tiles_per_head * group;  // (query head, query tile) pairs, head-major
+  auto item_head = [&](int it) { return hk * group + it / tiles_per_head; };
+  auto item_tile = [&](int it) { return mb_min + it % tiles_per_head; };
   const float c = p.softmax_scale * 1.4426950408889634f;
 
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -230,7 +232,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       copy(prm.tma_v.with(reinterpret_cast<uint64_t&>(ss.barrier_kv), 0), tVg, tVs);
       PipelineState wr = cutlass::make_producer_start_state<Pipeline>();
       for (int it = 0; it < n_items; ++it) {
-        const int h = hk * group + it / tiles_per_head, mb = mb_min + it % tiles_per_head;
+        const int h = item_head(it), mb = item_tile(it);
         auto load = [&](auto const& tma, auto& smem) {
           Tensor m = tma_rows(tma, prm.rows_q, kHeadDim, p.heads, prm.batch_q, seq.q_start, h, bq);
           auto [tg, ts] = tma_partition(tma, _0{}, Layout<_1>{}, group_modes<0, 2>(smem),
@@ -303,7 +305,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   const bool row_lane = (tid & 127) < 32;
   auto fetch_rows = [&](int it) {
     if (row_lane && it < n_items) {
-      const int h = hk * group + it / tiles_per_head, mb = mb_min + it % tiles_per_head;
+      const int h = item_head(it), mb = item_tile(it);
       const int i = mb * kBlockM + row_slot;
       const bool ok = i < seq.nq;
       const int64_t idx = ok ? rowstat_index(p, b, h, seq.q_start + i) : 0;
@@ -329,8 +331,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     ss.barrier_kv.wait(0);
     PipelineState rd, rd_prev;
     for (int it = 0; it < n_items; ++it) {
-      const int hg = it / tiles_per_head;
-      const int h = hk * group + hg, mb = mb_min + it % tiles_per_head;
+      const int h = item_head(it), mb = item_tile(it);
       const int i0 = mb * kBlockM;
       const float2* row_st = ss.row_st[it & 1];
       const float2* row_dl = ss.row_dl[it & 1];

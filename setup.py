@@ -25,26 +25,17 @@ from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
 
+# nvcc / CUTLASS lookup shared with the tests; loaded by path (the package needs torch to import)
+_spec = importlib.util.spec_from_file_location("_gproj_toolchain",
+                                               ROOT / "gproj_cuda" / "_toolchain.py")
+_toolchain = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_toolchain)
+_find_nvcc, _cutlass_include = _toolchain.find_nvcc, _toolchain.cutlass_include
+
 
 def _list(name, default):
     raw = os.environ.get(name, default)
     return [x.strip() for x in raw.replace(";", ",").split(",") if x.strip()]
-
-
-def _find_nvcc():
-    for cand in (os.environ.get("CUDACXX"), shutil.which("nvcc"),
-                 os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")):
-        if cand and os.path.isfile(cand):
-            return cand
-    return None
-
-
-def _cutlass_include():
-    spec = importlib.util.find_spec("cutlass_library")  # locate without importing it
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    inc = Path(list(spec.submodule_search_locations)[0]) / "source" / "include"
-    return str(inc) if (inc / "cute").is_dir() else None
 
 
 def _cmake():

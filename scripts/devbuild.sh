@@ -6,7 +6,7 @@ set -euo pipefail
 PY=${1:-python3.12}; shift || true
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 "$PY" -m pip -q install pybind11 >/dev/null 2>&1 || true
-CUTLASS=$(python3 -c "import importlib.util as u, os; s=u.find_spec('cutlass_library'); print(os.path.join(list(s.submodule_search_locations)[0], 'source', 'include'))")
+CUTLASS=$(python3 "$ROOT/gproj_cuda/_toolchain.py")
 cmake -S "$ROOT" -B "$ROOT/_devbuild/cmake-$("$PY" -c 'import sys; print(sys.version_info[1])')" -GNinja \
   -DPython_EXECUTABLE="$(command -v "$PY")" -Dpybind11_DIR="$("$PY" -m pybind11 --cmakedir)" \
   -DGPROJ_CUTLASS_INCLUDE="$CUTLASS" -DCMAKE_LIBRARY_OUTPUT_DIRECTORY="$ROOT/_devbuild" \

@@ -1,35 +1,19 @@
 """Host-side C++ checks of kernel index arithmetic that CuTe can verify without a GPU (nvcc and
 the nvidia-cutlass headers needed; skipped without them)."""
-import importlib.util
 import os
-import shutil
 import subprocess
 
 import pytest
 
+from gproj_cuda._toolchain import cutlass_include, find_nvcc
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _nvcc():
-    for cand in (os.environ.get("CUDACXX"), shutil.which("nvcc"),
-                 os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")):
-        if cand and os.path.isfile(cand):
-            return cand
-    return None
-
-
-def _cutlass_include():
-    spec = importlib.util.find_spec("cutlass_library")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    inc = os.path.join(list(spec.submodule_search_locations)[0], "source", "include")
-    return inc if os.path.isdir(inc) else None
 
 
 def test_dq_accum_layout_matches_cute(tmp_path):
     """csrc/common/tile.cuh's dq_accum tile layout against CuTe's WGMMA accumulator partition
     (tests/host/dq_accum_layout.cu says what is checked)."""
-    nvcc, inc = _nvcc(), _cutlass_include()
+    nvcc, inc = find_nvcc(), cutlass_include()
     if nvcc is None or inc is None:
         pytest.skip("needs nvcc and the nvidia-cutlass headers")
     exe = tmp_path / "dq_accum_layout"

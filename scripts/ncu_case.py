@@ -12,7 +12,7 @@ def main():
     numerics, n = sys.argv[1], int(sys.argv[2])
     d = int(sys.argv[3]) if len(sys.argv) > 3 else 128
     causal = len(sys.argv) > 4 and sys.argv[4] == "causal"
-    B, H = max(1, 16384 // n), 16
+    B, H = max(1, 16384 // n), 2048 // d  # B·N = 16k tokens, H·d = 2048 (bench/speed.py)
     g = torch.Generator(device="cuda").manual_seed(0)
     q, k, v, do = (torch.randn(B, n, H, d, device="cuda", dtype=torch.bfloat16, generator=g)
                    for _ in range(4))

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Nsight Compute on the Hopper kernels (backward KV pass, λ pre-pass, forward), one steady-state
 # launch each: speed-of-light, warp stalls, shared-memory conflicts, and per-line stall samples.
-#   OUT=... bash scripts/ncu_round.sh [N]
+#   OUT=... [MODES="fa3 gproj"] [KERNS=...] [D=128] [CAUSAL=causal] bash scripts/ncu_round.sh [N]
 source "$(dirname "$0")/../bench/_gpu_env.sh"
 N=${1:-4096}
 SECTIONS="--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
@@ -9,9 +9,9 @@ SECTIONS="--section SpeedOfLight --section ComputeWorkloadAnalysis --section Mem
  --section SchedulerStats --section LaunchStats --section Occupancy"
 for num in ${MODES:-fa3 gproj}; do
   for kern in ${KERNS:-bwd_kv_sm90 fwd_sm90_kernel}; do
-    rep="$OUT/ncu_${num}_${kern}"
+    rep="$OUT/ncu_${num}_${kern}_d${D:-128}_n${N}${CAUSAL:+_causal}"
     timeout 150 ncu -k "regex:$kern" -s 1 -c 1 $SECTIONS --import-source yes -f -o "$rep" \
-      python3 scripts/ncu_case.py $num $N > "$rep.log" 2>&1
+      python3 scripts/ncu_case.py $num $N ${D:-128} ${CAUSAL:-} > "$rep.log" 2>&1
     echo "$(el) ncu $num $kern rc=$?"
     ncu -i "$rep.ncu-rep" --page details > "$rep.txt" 2>&1
     ncu -i "$rep.ncu-rep" --page source --csv --print-source sass > "$rep.sass.csv" 2>/dev/null

@@ -126,13 +126,10 @@ struct BwdKvParams {
   AttnParams p;
 };
 
-// Named barrier of the two consumer warpgroups (ids 8-9 are the forward's pingpong turns), and
-// one per consumer warpgroup (11, 12).
+// Named barrier of the two consumer warpgroups (ids 8-9 are the pingpong turns); one per
+// consumer warpgroup is wg_sync (11, 12; fwd_sm90.cuh).
 __device__ __forceinline__ void consumers_sync() {
   asm volatile("bar.sync 10, 256;\n" ::: "memory");
-}
-__device__ __forceinline__ void wg_sync(int consumer) {
-  asm volatile("bar.sync %0, 128;\n" ::"r"(11 + consumer) : "memory");
 }
 
 // cp.async of one 8- or 16-byte value, zero-filled (nothing read) when !ok.

@@ -225,6 +225,11 @@ __device__ __forceinline__ void turn_wait(int consumer) {
 __device__ __forceinline__ void turn_pass(int consumer) {
   asm volatile("bar.arrive %0, 256;\n" ::"r"(8 + (consumer ^ 1)) : "memory");
 }
+// One consumer warpgroup's own barrier (named barriers 11 and 12, 128 threads; the backward
+// uses 10 for both consumer warpgroups together).
+__device__ __forceinline__ void wg_sync(int consumer) {
+  asm volatile("bar.sync %0, 128;\n" ::"r"(11 + consumer) : "memory");
+}
 
 // One WGMMA batch: C (+)= A B over the k mode, committed, not waited.
 template <bool kZeroInit, class Mma, class TA, class TB, class TC>
@@ -371,8 +376,18 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   Tensor tScS = thr_qk.partition_C(make_identity_tensor(select<0, 1>(typename Traits::TileShape{})));
   Tensor tOcO = thr_pv.partition_C(make_identity_tensor(select<0, 2>(typename Traits::TileShape{})));
   Tensor o_rc = make_tensor(tOrO.data(), acc_rowcol(tOrO.layout()));
+  Tensor oc_rc = make_tensor(tOcO.data(), acc_rowcol(tOcO.layout()));
   constexpr int kRows = decltype(size<0>(o_rc))::value;  // 2: rows lane/4 and lane/4 + 8
   const float c = p.softmax_scale * 1.4426950408889634f;
+  // Epilogue: O, rounded to 16 bits, goes through this warpgroup's 64 rows of the Q buffer
+  // (stmatrix), so that the global stores are whole 16-byte chunks of contiguous rows. Stored
+  // straight from the accumulator, O was 2 x kHeadDim/2 four-byte stores per thread, each with
+  // its own 64-bit address arithmetic: ~1000 instructions per thread and tile, 11% of the
+  // kernel's warp samples at N = 2k (ncu, bench/NOTES.md "Forward v4").
+  auto r2s_o = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_pv);
+  auto r2s_o_thr = r2s_o.get_thread_slice(tid);
+  const bool o_vec_ok = p.out_f32 == 0 && p.out % 16 == 0 && p.o_stride[0] % 8 == 0 &&
+                        p.o_stride[1] % 8 == 0 && p.o_stride[2] % 8 == 0;
   PipelineState rd_k, rd_v;  // continue across tiles, as the producer's state does
   int qi = 0;
 
@@ -391,6 +406,34 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     const int buf = qi % kQBuf;
     Tensor sQ = q_buffer(buf);
     Tensor tSrQ = thr_qk.partition_fragment_A(sQ);
+    const T* shift = p.k_shift ? reinterpret_cast<const T*>(p.k_shift) +
+                                     (int64_t(b) * p.heads_k + hk) * kHeadDim
+                               : nullptr;
+    // Centered keys: the LSE of the user's scores gains alpha * (q . shift) per row. Computed
+    // while the first S GEMM runs (it only reads Q, as the GEMM does), from 16-byte chunks:
+    // lane l of a quad takes chunks l, l + 4, ... of its two rows.
+    float qshift[kRows] = {};
+    auto q_dot_shift = [&]() {
+      constexpr int kChunks = kHeadDim / 8;
+      CUTLASS_PRAGMA_UNROLL
+      for (int r = 0; r < kRows; ++r) {
+        const int row = get<0>(oc_rc(r, 0));
+        float acc = 0.f;
+        CUTLASS_PRAGMA_UNROLL
+        for (int ch = (tid & 3); ch < kChunks; ch += 4) {
+          const uint4 qv = *reinterpret_cast<const uint4*>(&sQ(row, ch * 8));
+          const uint4 cv = *reinterpret_cast<const uint4*>(shift + ch * 8);
+          const uint32_t qw[4] = {qv.x, qv.y, qv.z, qv.w}, cw[4] = {cv.x, cv.y, cv.z, cv.w};
+          CUTLASS_PRAGMA_UNROLL
+          for (int e = 0; e < 4; ++e) {
+            const float2 qf = unpack2<T>(qw[e]), cf = unpack2<T>(cw[e]);
+            acc = fmaf(qf.x, cf.x, acc);
+            acc = fmaf(qf.y, cf.y, acc);
+          }
+        }
+        qshift[r] = quad_sum(acc);
+      }
+    };
     clear(tOrO);
     float row_max[kRows], row_sum[kRows];
     CUTLASS_PRAGMA_UNROLL
@@ -414,9 +457,12 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       Tensor s_rc = make_tensor(tSrS.data(), acc_rowcol(tSrS.layout()));
       CUTLASS_PRAGMA_UNROLL
       for (int r = 0; r < kRows; ++r) {
-        float mx = -INFINITY;
+        // Row max in four independent chains (max is exact, so the order does not matter): a
+        // single chain is kBlockN/4 dependent FMNMX on the path from S to the first exp2.
+        float mx4[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
         CUTLASS_PRAGMA_UNROLL
-        for (int j = 0; j < size<1>(s_rc); ++j) mx = fmaxf(mx, s_rc(r, j));
+        for (int j = 0; j < size<1>(s_rc); ++j) mx4[j % 4] = fmaxf(mx4[j % 4], s_rc(r, j));
+        const float mx = fmaxf(fmaxf(mx4[0], mx4[1]), fmaxf(mx4[2], mx4[3]));
         const float m_new = fmaxf(row_max[r], quad_max(mx));
         const float m_use = m_new == -INFINITY ? 0.f : m_new;  // row sees no key yet: p = 0
         rescale[r] = exp2_approx((row_max[r] - m_use) * c);
@@ -436,11 +482,20 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         row_sum[r] = row_sum[r] * rescale[r] + sum;
       }
     };
+    // O *= rescale before the next P.V (FlashAttention-3's order: issued right after the next S
+    // GEMM, so it runs in that GEMM's shadow instead of between P.V's end and the next issue).
+    // Skipped when no row of the warp changed its max: multiplying by 1 is exact, and on long
+    // rows the max settles early.
     auto rescale_o = [&]() {
+      bool any = false;
       CUTLASS_PRAGMA_UNROLL
-      for (int r = 0; r < kRows; ++r)
+      for (int r = 0; r < kRows; ++r) any |= rescale[r] != 1.f;
+      if (__any_sync(0xffffffffu, any)) {
         CUTLASS_PRAGMA_UNROLL
-        for (int j = 0; j < size<1>(o_rc); ++j) o_rc(r, j) *= rescale[r];
+        for (int r = 0; r < kRows; ++r)
+          CUTLASS_PRAGMA_UNROLL
+          for (int j = 0; j < size<1>(o_rc); ++j) o_rc(r, j) *= rescale[r];
+      }
     };
     // P rounded once into the A operand of the PV GEMM.
     auto to_p = [&](auto const& tSrS, auto& tOrP) {
@@ -466,6 +521,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       }
       issue_s(tSrS, rd_k);
       if constexpr (Traits::kPingpong) turn_pass(consumer);
+      if (shift != nullptr) q_dot_shift();
       warpgroup_wait<0>();
       pipe_k.consumer_release(rd_k);
       ++rd_k;
@@ -476,6 +532,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       for (int nb = nb_max - 2; nb >= nb_min; --nb) {
         if constexpr (Traits::kPingpong) turn_wait(consumer);
         issue_s(tSrS, rd_k);
+        rescale_o();  // by the previous tile's max change, before its P.V
         pipe_v.consumer_wait(rd_v);
         wg_gemm<false>(mma_pv, tOrPa, tOrV(_, _, _, rd_v.index()), tOrO);
         if constexpr (Traits::kPingpong) turn_pass(consumer);
@@ -483,13 +540,13 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         pipe_k.consumer_release(rd_k);
         ++rd_k;
         softmax(tSrS, nb);
-        warpgroup_wait<0>();  // P.V done: O may be rescaled, P overwritten, V released
+        warpgroup_wait<0>();  // P.V done: P may be overwritten, V released
         pipe_v.consumer_release(rd_v);
         ++rd_v;
-        rescale_o();
         to_p(tSrS, tOrP);
       }
       if constexpr (Traits::kPingpong) turn_wait(consumer);
+      rescale_o();
       pipe_v.consumer_wait(rd_v);
       wg_gemm<false>(mma_pv, tOrPa, tOrV(_, _, _, rd_v.index()), tOrO);
       if constexpr (Traits::kPingpong) {
@@ -508,50 +565,71 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     }
 
     // ---------------- epilogue: normalize, store O, LSE and the softmax state ----------------
-    const T* shift = p.k_shift ? reinterpret_cast<const T*>(p.k_shift) +
-                                     (int64_t(b) * p.heads_k + hk) * kHeadDim
-                               : nullptr;
     const int64_t o_off = b * p.o_stride[0] + int64_t(seq.q_start + m0) * p.o_stride[1] +
                           h * p.o_stride[2];
     T* gO = reinterpret_cast<T*>(p.out) + o_off;
-    float* gOf = p.out_f32 ? reinterpret_cast<float*>(p.out_f32) + o_off : nullptr;
-    Tensor oc_rc = make_tensor(tOcO.data(), acc_rowcol(tOcO.layout()));
+    float inv[kRows];
     CUTLASS_PRAGMA_UNROLL
     for (int r = 0; r < kRows; ++r) {
-      const int row = get<0>(oc_rc(r, 0));
       const float l = quad_sum(row_sum[r]);
-      const float inv = l > 0.f ? 1.f / l : 0.f;
-      float qshift = 0.f;
-      if (shift != nullptr && has_keys) {  // centered keys: lse gains alpha * (q . shift)
-        for (int d = (tid & 3); d < kHeadDim; d += 4)
-          qshift += static_cast<float>(sQ(row, d)) * to_float(shift[d]);
-        qshift = quad_sum(qshift);
+      inv[r] = l > 0.f ? 1.f / l : 0.f;
+      const int row = get<0>(oc_rc(r, 0));
+      if ((tid & 3) == 0 && m0 + row < m_end) {
+        const int64_t idx = rowstat_index(p, b, h, seq.q_start + m0 + row);
+        const bool empty = row_max[r] == -INFINITY;
+        const float log2l = empty ? 0.f : log2f(l);
+        const float m_raw = empty ? INFINITY : row_max[r];
+        reinterpret_cast<float2*>(p.stats)[idx] = make_float2(m_raw, log2l);
+        reinterpret_cast<float*>(p.lse)[idx] =
+            empty ? INFINITY : (m_raw * c + log2l) * 0.6931471805599453f + p.softmax_scale * qshift[r];
       }
-      if (m0 + row < m_end) {
+    }
+    if (has_keys && o_vec_ok) {
+      // This warpgroup's rows of Q are dead (its last S GEMM was waited on): O goes there.
+      Tensor tOrOe = make_tensor_like<Element>(tOrO);
+      Tensor oe_rc = make_tensor(tOrOe.data(), acc_rowcol(tOrOe.layout()));
+      CUTLASS_PRAGMA_UNROLL
+      for (int r = 0; r < kRows; ++r)
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < size<1>(o_rc); ++j) oe_rc(r, j) = static_cast<Element>(o_rc(r, j) * inv[r]);
+      copy(r2s_o, r2s_o_thr.retile_S(tOrOe), r2s_o_thr.partition_D(sQ));
+      wg_sync(consumer);
+      constexpr int kChunks = kHeadDim / 8, kRowStep = 128 / kChunks;
+      const int wtid = tid & 127, col = (wtid % kChunks) * 8;
+      CUTLASS_PRAGMA_UNROLL
+      for (int r = wtid / kChunks; r < 64; r += kRowStep) {
+        const int row = consumer * 64 + r;
+        if (m0 + row < m_end) {
+          *reinterpret_cast<uint4*>(gO + int64_t(row) * p.o_stride[1] + col) =
+              *reinterpret_cast<const uint4*>(&sQ(row, col));
+        }
+      }
+      // Persistent: the producer's next TMA load of Q into this buffer is an async-proxy write
+      // after these generic-proxy accesses.
+      if constexpr (Traits::kPersistent) cutlass::arch::fence_view_async_shared();
+    } else {
+      // Rows without keys (Q never loaded: the buffer may belong to the producer's next tile),
+      // an fp32 output (context parallelism merges chunks) or unaligned strides: direct stores.
+      float* gOf = p.out_f32 ? reinterpret_cast<float*>(p.out_f32) + o_off : nullptr;
+      CUTLASS_PRAGMA_UNROLL
+      for (int r = 0; r < kRows; ++r) {
+        const int row = get<0>(oc_rc(r, 0));
+        if (m0 + row >= m_end) continue;
         const int64_t orow = int64_t(row) * p.o_stride[1];
         CUTLASS_PRAGMA_UNROLL
         for (int j = 0; j < size<1>(o_rc); j += 2) {
           const int col = get<1>(oc_rc(r, j));
-          const float o0 = o_rc(r, j) * inv, o1 = o_rc(r, j + 1) * inv;
-          if (gOf) {  // unrounded chunk output (context parallelism merges several)
+          const float o0 = o_rc(r, j) * inv[r], o1 = o_rc(r, j + 1) * inv[r];
+          if (gOf) {
             *reinterpret_cast<float2*>(gOf + orow + col) = make_float2(o0, o1);
           } else {
             *reinterpret_cast<uint32_t*>(gO + orow + col) = pack2<T>(o0, o1);
           }
         }
-        if ((tid & 3) == 0) {
-          const int64_t idx = rowstat_index(p, b, h, seq.q_start + m0 + row);
-          const bool empty = row_max[r] == -INFINITY;
-          const float log2l = empty ? 0.f : log2f(l);
-          const float m_raw = empty ? INFINITY : row_max[r];
-          reinterpret_cast<float2*>(p.stats)[idx] = make_float2(m_raw, log2l);
-          reinterpret_cast<float*>(p.lse)[idx] =
-              empty ? INFINITY : (m_raw * c + log2l) * 0.6931471805599453f + p.softmax_scale * qshift;
-        }
       }
     }
 
-    if (has_keys) {  // Q (GEMMs and the epilogue's q . shift) no longer needed: free the buffer
+    if (has_keys) {  // Q (GEMMs, q . shift, the O staging) no longer needed: free the buffer
       if constexpr (Traits::kPersistent) ss.q_empty[buf].arrive();
       ++qi;
     }

@@ -145,7 +145,7 @@ void launch_sm90(Kernel kernel, dim3 grid, int threads, int smem, const Prm& prm
 }
 
 template <typename T_, int kHeadDim_, int kBlockN_, int kStages_, bool kPingpong_,
-          bool kPersistent_>
+          bool kPersistent_, bool kSkipRescale_ = true>
 struct FwdTraits : Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_> {
   using Base = Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_>;
   using typename Base::Element;
@@ -161,6 +161,9 @@ struct FwdTraits : Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_> {
   // grouped so that their K/V stay in L2); with two Q buffers the next tile's Q and K/V load
   // while this tile's last P.V and epilogue run.
   static constexpr bool kPersistent = kPersistent_;
+  // Skip the O rescale when no row max of the warp changed (multiplying by 1 is exact); variant 2
+  // always rescales, as v3 did.
+  static constexpr bool kSkipRescale = kSkipRescale_;
   // O = P V: A (P) from registers, B = V read MN-major (V's head dim is contiguous).
   using TiledMmaPV = decltype(make_tiled_mma(
       GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockN>>,
@@ -482,15 +485,15 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         row_sum[r] = row_sum[r] * rescale[r] + sum;
       }
     };
-    // O *= rescale before the next P.V (FlashAttention-3's order: issued right after the next S
-    // GEMM, so it runs in that GEMM's shadow instead of between P.V's end and the next issue).
-    // Skipped when no row of the warp changed its max: multiplying by 1 is exact, and on long
-    // rows the max settles early.
+    // O *= rescale once P.V is done. Skipped when no row of the warp changed its max: multiplying
+    // by 1 is exact, and on long rows the max settles early. (FlashAttention-3's order, the
+    // rescale between the next S GEMM's issue and P.V's, measured 3-10% slower here: v4 in
+    // bench/NOTES.md.)
     auto rescale_o = [&]() {
-      bool any = false;
+      bool any = !Traits::kSkipRescale;
       CUTLASS_PRAGMA_UNROLL
       for (int r = 0; r < kRows; ++r) any |= rescale[r] != 1.f;
-      if (__any_sync(0xffffffffu, any)) {
+      if (!Traits::kSkipRescale || __any_sync(0xffffffffu, any)) {
         CUTLASS_PRAGMA_UNROLL
         for (int r = 0; r < kRows; ++r)
           CUTLASS_PRAGMA_UNROLL
@@ -532,7 +535,6 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       for (int nb = nb_max - 2; nb >= nb_min; --nb) {
         if constexpr (Traits::kPingpong) turn_wait(consumer);
         issue_s(tSrS, rd_k);
-        rescale_o();  // by the previous tile's max change, before its P.V
         pipe_v.consumer_wait(rd_v);
         wg_gemm<false>(mma_pv, tOrPa, tOrV(_, _, _, rd_v.index()), tOrO);
         if constexpr (Traits::kPingpong) turn_pass(consumer);
@@ -543,10 +545,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         warpgroup_wait<0>();  // P.V done: P may be overwritten, V released
         pipe_v.consumer_release(rd_v);
         ++rd_v;
+        rescale_o();
         to_p(tSrS, tOrP);
       }
       if constexpr (Traits::kPingpong) turn_wait(consumer);
-      rescale_o();
       pipe_v.consumer_wait(rd_v);
       wg_gemm<false>(mma_pv, tOrPa, tOrV(_, _, _, rd_v.index()), tOrO);
       if constexpr (Traits::kPingpong) {
@@ -644,12 +646,12 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 
 // Tile shapes and schedules. Variant 0 is the measured default (see run_forward); the others
 // are selected with GPROJ_FWD_VARIANT for A/B runs (bench/NOTES.md):
-//   1 pingpong, 2 pingpong + kBlockN 176 at d=128 (as FA3), 3 persistent + pingpong,
-//   4 persistent + pingpong + kBlockN 176 at d=128.
+//   1 pingpong at every head dim, 2 the default with every O rescale done (v3), 3 persistent +
+//   pingpong, 4 persistent + pingpong + kBlockN 176 at d=128.
 template <int kHeadDim, int kVariant> struct FwdTiles;
 template <int V> struct FwdTiles<64, V> { static constexpr int kBlockN = 128, kStages = 2; };
 template <int V> struct FwdTiles<128, V> {
-  static constexpr int kBlockN = (V == 2 || V == 4) ? 176 : 128, kStages = 2;
+  static constexpr int kBlockN = V == 4 ? 176 : 128, kStages = 2;
 };
 template <int V> struct FwdTiles<256, V> { static constexpr int kBlockN = 64, kStages = 2; };
 
@@ -670,9 +672,9 @@ void run_forward(const AttnParams& p, int total_q, int total_k) {
   using Tiles = FwdTiles<kHeadDim, kVariant>;
   // Default (variant 0): pingpong at head dims 128 and 256, where it measured up to +15% at
   // N = 4k-8k (bench/NOTES.md, "sm90 forward variants"); at d = 64 it was neutral to -10%.
-  constexpr bool kPingpong = kVariant > 0 || kHeadDim >= 128;
+  constexpr bool kPingpong = kVariant == 1 || kVariant >= 3 || kHeadDim >= 128;
   using Traits = FwdTraits<T, kHeadDim, Tiles::kBlockN, Tiles::kStages, kPingpong,
-                           (kVariant >= 3)>;
+                           (kVariant >= 3), kVariant != 2>;
   const bool varlen = p.cu_seqlens_q != 0;
   FwdKernelParams<Traits> prm;
   set_tma_extents(prm, p, total_q, total_k);

@@ -82,9 +82,13 @@ def _params(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics):
     return p
 
 
-def center_keys_cuda(k, cu_k, max_k, shift_only=False):
+def center_keys_cuda(k, cu_k, max_k, shift_only=False, flags=None):
     """Exact key centering on the GPU (csrc/prepost/center_keys.cuh): ``(K - c, c)``, bitwise
-    equal to ``centering.center_keys`` (the PyTorch reference) in two fused kernels."""
+    equal to ``centering.center_keys`` (the PyTorch reference) in two fused kernels.
+
+    ``flags`` (int32, (sequences, heads)): lazy mode for the forward. K' is written only for the
+    (sequence, head) pairs with a nonzero shift, which get flag 1; elsewhere K' = K and is left
+    unwritten (flag 0), and the forward kernel reads K there."""
     C = _ext.extension()
     varlen = cu_k is not None
     nseq = (cu_k.shape[0] - 1) if varlen else k.shape[0]
@@ -96,6 +100,9 @@ def center_keys_cuda(k, cu_k, max_k, shift_only=False):
     if kc is not None:
         p.k_centered, p.kc_stride = kc.data_ptr(), _strides3(kc, varlen)
     p.k_shift, p.center_workspace = shift.data_ptr(), work.data_ptr()
+    if flags is not None:
+        assert flags.shape == (nseq, k.shape[-2]) and flags.dtype == torch.int32
+        p.k_center_flags = flags.data_ptr()
     p.batch, p.heads_k, p.heads, p.head_dim = nseq, k.shape[-2], k.shape[-2], k.shape[-1]
     p.seqlen_k = max_k if varlen else k.shape[1]
     if varlen:
@@ -123,17 +130,20 @@ def forward_cuda(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics):
                 torch.full(rs, math.inf, dtype=torch.float32, device=q.device), stats)
     q, k, v = _kernel_ready(q), _kernel_ready(k), _kernel_ready(v)
     shift = None
-    if numerics == "gproj":
-        k, shift = center_keys_cuda(k, cu_k, max_k)   # exact: softmax and gradients unchanged
+    if numerics == "gproj":  # exact: softmax and gradients unchanged
+        flags = torch.empty((cu_k.shape[0] - 1 if varlen else k.shape[0], k.shape[-2]),
+                            dtype=torch.int32, device=k.device)
+        kc, shift = center_keys_cuda(k, cu_k, max_k, flags=flags)
     out = _new(q.shape, q.dtype, q.device)
     lse = _new(rs, torch.float32, q.device)
     stats = _new(rs + (2,), torch.float32, q.device)
     p = _params(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics)
     p.out, p.o_stride = out.data_ptr(), _strides3(out, varlen)
     p.lse, p.stats = lse.data_ptr(), stats.data_ptr()
-    if shift is not None:
-        shift = shift.contiguous()
+    if shift is not None:  # K' where the pre-pass wrote it (flag 1), the user's K elsewhere
         p.k_shift = shift.data_ptr()
+        p.k_centered, p.kc_stride = kc.data_ptr(), _strides3(kc, varlen)
+        p.k_center_flags = flags.data_ptr()
     _ext.extension().forward(p)
     return out, lse, stats
 

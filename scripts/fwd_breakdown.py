@@ -1,6 +1,6 @@
 """Where the Hopper forward's time goes, per shape (bf16, B*N = 16k tokens, H*d = 2048): cuDNN's
-forward, ours in fa3 mode, ours in gproj mode, and gproj's two pieces (key centering; the kernel
-alone on already centered keys), CUDA-event medians in one process, so the ratios travel.
+forward, ours in fa3 mode, ours in gproj mode, and gproj's two pieces (key centering, lazy as in
+the forward: random keys need no K'; the kernel alone on already centered keys), CUDA-event medians in one process, so the ratios travel.
 Usage: python scripts/fwd_breakdown.py [d,N[,causal] ...]   (default: a small grid)"""
 import sys
 
@@ -54,7 +54,8 @@ def main():
             t["cudnn"] = timed(lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal))
         t["fa3"] = timed(lambda: forward_cuda(q, k, v, None, None, n, n, s, -1, wr, "fa3"))
         t["gproj"] = timed(lambda: forward_cuda(q, k, v, None, None, n, n, s, -1, wr, "gproj"))
-        t["center"] = timed(lambda: center_keys_cuda(k, None, n))
+        flags = torch.empty((B, H), dtype=torch.int32, device="cuda")
+        t["center"] = timed(lambda: center_keys_cuda(k, None, n, flags=flags))  # lazy, as forward
         t["kernel"] = timed(kernel_only(q, kc, shift.contiguous(), v, n, s, wr))
         torch.cuda.synchronize()
         print(f"{d:4d} {n:6d} {str(causal):>6} | " +

@@ -331,6 +331,49 @@ def test_hopper_forward_matches_mma_sync_oracle(dtype, d, numerics, variant, mon
         torch.testing.assert_close(hopper[1][fin], oracle[1][fin], rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("sm80", [False, True], ids=["sm90", "mma.sync"])
+@pytest.mark.parametrize("d", HDIMS)
+def test_lazy_key_centering_is_bitwise_the_full_one(d, sm80, monkeypatch):
+    """The gproj forward centers lazily: K' is written only for the (sequence, head) pairs with a
+    nonzero shift and the kernels read the user's K elsewhere. Output, LSE and softmax state
+    must be bitwise those of a forward on fully written K' (dense and varlen, both kernels)."""
+    from gproj_cuda import _ext
+    from gproj_cuda.ops import _params, center_keys_cuda
+    if sm80:
+        monkeypatch.setenv("GPROJ_FORCE_SM80", "1")
+    g = torch.Generator(device=DEV).manual_seed(7 * d)
+    q, v = rand(2, 300, 6, d, g=g), rand(2, 260, 3, d, g=g)
+    k = rand(2, 260, 3, d, g=g)
+    k[:, :, 1] += 64 * rand(d, g=g).sign()  # head 1: an offset to center; heads 0, 2: none
+    cu = torch.tensor([0, 100, 100, 520], dtype=torch.int32, device=DEV)
+    cases = ((q, k, v, None, None, 300, 260),
+             (q.reshape(600, 6, d)[:520], k.reshape(520, 3, d), v.reshape(520, 3, d), cu, cu, 420, 420))
+    for qq, kk, vv, cq, ck, mq, mk in cases:
+        varlen = cq is not None
+        s = d ** -0.5
+        out, lse, stats = forward_cuda(qq, kk, vv, cq, ck, mq, mk, s, -1, -1, "gproj")
+        flags = torch.full((3 if varlen else 2, 3), -1, dtype=torch.int32, device=DEV)
+        center_keys_cuda(kk, ck, mk, flags=flags)
+        want = torch.tensor([0, 1, 0], dtype=torch.int32, device=DEV).expand_as(flags).clone()
+        if varlen:
+            want[1] = 0  # the empty sequence has nothing to center
+        assert torch.equal(flags, want), flags
+        # the same forward on K' written everywhere (the pre-pass without flags)
+        kc, shift = center_keys_cuda(kk, ck, mk)
+        rs = lse.shape
+        o2 = torch.full_like(out, float("nan"))
+        l2 = torch.full(rs, float("nan"), device=DEV)
+        st2 = torch.full(rs + (2,), float("nan"), device=DEV)
+        p = _params(qq, kc, vv, cq, ck, mq, mk, s, -1, -1, "gproj")
+        st = list(o2.stride())
+        p.out, p.o_stride = o2.data_ptr(), [0, st[0], st[1]] if varlen else st[:3]
+        p.lse, p.stats, p.k_shift = l2.data_ptr(), st2.data_ptr(), shift.data_ptr()
+        _ext.extension().forward(p)
+        torch.cuda.synchronize()
+        assert torch.equal(out, o2) and torch.equal(stats, st2)
+        assert torch.equal(lse, l2)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "fp16"])
 @pytest.mark.parametrize("d", HDIMS)
 def test_cuda_key_centering_equals_reference(dtype, d):

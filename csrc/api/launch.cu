@@ -170,6 +170,9 @@ int run_forward(const AttnParams& p, char* err, size_t err_len) {
     require_strides(p.o_stride, "out", p.cu_seqlens_q != 0);
     require_ptr(p.lse, "lse");
     if (p.numerics == int(Numerics::kGProj) && p.k_shift == 0) fail("gproj numerics need k_shift (the exact key centering)");
+    if (p.k_centered) require_ptr(p.k_centered, "k_centered");
+    if (p.k_centered) require_strides(p.kc_stride, "k_centered", p.cu_seqlens_q != 0);
+    if (p.k_center_flags && !p.k_centered) fail("k_center_flags without k_centered");
     AttnParams q = p;
     q.arch = device_arch(p.device);
     dispatch(q, [&](auto t, auto d) {
@@ -187,6 +190,7 @@ int run_center_keys(const AttnParams& p, char* err, size_t err_len) {
     require_strides(p.k_stride, "k", p.cu_seqlens_k != 0);
     if (p.k_centered) require_ptr(p.k_centered, "k_centered");
     if (p.k_centered) require_strides(p.kc_stride, "k_centered", p.cu_seqlens_k != 0);
+    if (p.k_center_flags && !p.k_centered) fail("k_center_flags without k_centered");
     require_ptr(p.k_shift, "k_shift");
     require_ptr(p.center_workspace, "center_workspace");
     dispatch(p, [&](auto t, auto d) {

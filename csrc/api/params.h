@@ -25,6 +25,10 @@ struct AttnParams {
   uint64_t k_shift = 0;       // [batch][head_k][dim] in the input dtype: exact key centering
   uint64_t q_shift = 0;       // [batch][head][dim]: exact query centering inside the dK GEMM
   uint64_t k_centered = 0;    // centering pre-pass output K' = K - k_shift (kc_stride; 0: skip)
+  // int32 [batch][head_k], optional. Centering pre-pass: set, it writes K' only for the (sequence,
+  // kv head) pairs with a nonzero shift and records which (1) here. Forward: with k_centered set,
+  // the kernels read K' where no flags are given or the flag is 1, else K (= K' there).
+  uint64_t k_center_flags = 0;
   uint64_t center_workspace = 0;  // centering pre-pass scratch: 2 * batch * head_k * dim uint32
   uint64_t q_centered = 0;    // Q' = Q - q_shift (qc_stride): the Hopper backward's dK operand
   uint64_t cu_seqlens_q = 0, cu_seqlens_k = 0;   // int32 [batch + 1]; 0 = dense

@@ -25,6 +25,15 @@ struct SeqBounds {
   }
 };
 
+// Whether the forward reads K' = K - c (the centering pre-pass's output) for sequence b and kv
+// head hk, or the user's K: fa3 mode and pre-centered keys give no K'; a lazy pre-pass writes K'
+// only where some coordinate has a nonzero shift (elsewhere K' = K bit for bit).
+__device__ __forceinline__ bool reads_centered_keys(const AttnParams& p, int b, int hk) {
+  return p.k_centered != 0 &&
+         (p.k_center_flags == 0 ||
+          reinterpret_cast<const int*>(p.k_center_flags)[int64_t(b) * p.heads_k + hk] != 0);
+}
+
 // Bottom-right aligned band mask of FlashAttention-3: query i sees key j iff
 // j < nk, j <= i + off + right (right >= 0) and j >= i + off - left (left >= 0), with
 // off = nk - nq + shift (shift != 0 only for chunk pairs of context parallelism).

@@ -49,8 +49,12 @@ __global__ void __launch_bounds__(Cfg::kThreads) fwd_kernel(const AttnParams p) 
 
   const T* gQ = reinterpret_cast<const T*>(p.q) + b * p.q_stride[0] +
                 int64_t(seq.q_start + m0) * p.q_stride[1] + h * p.q_stride[2];
-  const T* gK = reinterpret_cast<const T*>(p.k) + b * p.k_stride[0] +
-                int64_t(seq.k_start) * p.k_stride[1] + hk * p.k_stride[2];
+  const bool kc = reads_centered_keys(p, b, hk);
+  const int64_t ks1 = kc ? p.kc_stride[1] : p.k_stride[1];  // K' or the user's K (tile.cuh)
+  const T* gK = kc ? reinterpret_cast<const T*>(p.k_centered) + b * p.kc_stride[0] +
+                         int64_t(seq.k_start) * ks1 + hk * p.kc_stride[2]
+                   : reinterpret_cast<const T*>(p.k) + b * p.k_stride[0] +
+                         int64_t(seq.k_start) * ks1 + hk * p.k_stride[2];
   const T* gV = reinterpret_cast<const T*>(p.v) + b * p.v_stride[0] +
                 int64_t(seq.k_start) * p.v_stride[1] + hk * p.v_stride[2];
 
@@ -62,7 +66,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) fwd_kernel(const AttnParams p) 
   load_tile<T, BM, D, Cfg::kThreads>(sQ, gQ, p.q_stride[1], m_end - m0, tid);
   if (nb_max > nb_min) {
     const int n0 = (nb_max - 1) * BN;
-    load_tile<T, BN, D, Cfg::kThreads>(sK, gK + n0 * p.k_stride[1], p.k_stride[1], seq.nk - n0,
+    load_tile<T, BN, D, Cfg::kThreads>(sK, gK + n0 * ks1, ks1, seq.nk - n0,
                                        tid);
   }
   cp_async_commit();
@@ -133,7 +137,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) fwd_kernel(const AttnParams p) 
     __syncthreads();  // V(nb) landed; every warp finished S of this tile (sK free)
     if (nb > nb_min) {
       const int n1 = (nb - 1) * BN;
-      load_tile<T, BN, D, Cfg::kThreads>(sK, gK + n1 * p.k_stride[1], p.k_stride[1],
+      load_tile<T, BN, D, Cfg::kThreads>(sK, gK + n1 * ks1, ks1,
                                          seq.nk - n1, tid);
     }
     cp_async_commit();

@@ -194,6 +194,7 @@ template <class Traits>
 struct FwdKernelParams {
   typename Traits::TmaQ tma_q;
   typename Traits::TmaKV tma_k;
+  typename Traits::TmaKV tma_kc;  // K' = K - c where centered (reads_centered_keys), else = tma_k
   typename Traits::TmaKV tma_v;
   int rows_q, rows_k, batch_q;  // extents of the TMA tensors (varlen: packed rows, batch 1)
   int num_m_blocks;             // query tiles per (sequence, head) (longest sequence)
@@ -284,6 +285,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   if (threadIdx.x == 0) {
     cute::prefetch_tma_descriptor(prm.tma_q.get_tma_descriptor());
     cute::prefetch_tma_descriptor(prm.tma_k.get_tma_descriptor());
+    if (p.k_centered) cute::prefetch_tma_descriptor(prm.tma_kc.get_tma_descriptor());
     cute::prefetch_tma_descriptor(prm.tma_v.get_tma_descriptor());
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < kQBuf; ++i) {
@@ -338,7 +340,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         if (qi >= kQBuf) ss.q_empty[buf].wait((qi / kQBuf - 1) & 1);
         const int hk = tc.h / (p.heads / p.heads_k), bq = p.cu_seqlens_q ? 0 : tc.b;
         Tensor mQ = tma_rows(prm.tma_q, prm.rows_q, kHeadDim, p.heads, prm.batch_q, seq.q_start, tc.h, bq);
-        Tensor mK = tma_rows(prm.tma_k, prm.rows_k, kHeadDim, p.heads_k, prm.batch_q, seq.k_start, hk, bq);
+        // The keys of this (sequence, kv head): K' or K (both descriptors live in parameter
+        // space; the TMA copies below take the chosen one's address).
+        auto const& tma_k = reads_centered_keys(p, tc.b, hk) ? prm.tma_kc : prm.tma_k;
+        Tensor mK = tma_rows(tma_k, prm.rows_k, kHeadDim, p.heads_k, prm.batch_q, seq.k_start, hk, bq);
         Tensor mV = tma_rows(prm.tma_v, prm.rows_k, kHeadDim, p.heads_k, prm.batch_q, seq.k_start, hk, bq);
         Tensor sQ = q_buffer(buf);
         Tensor gQ = local_tile(mQ, select<0, 2>(typename Traits::TileShape{}), make_coord(tc.m_block, _0{}));
@@ -346,7 +351,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         Tensor gV = local_tile(mV, select<1, 2>(typename Traits::TileShape{}), make_coord(_, _0{}));
         auto [tQg, tQs] = tma_partition(prm.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
                                         group_modes<0, 2>(gQ));
-        auto [tKg, tKs] = tma_partition(prm.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
+        auto [tKg, tKs] = tma_partition(tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
                                         group_modes<0, 2>(gK));
         auto [tVg, tVs] = tma_partition(prm.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV),
                                         group_modes<0, 2>(gV));
@@ -354,7 +359,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         copy(prm.tma_q.with(reinterpret_cast<uint64_t&>(ss.barrier_q[buf]), 0), tQg, tQs);
         for (int nb = nb_max - 1; nb >= nb_min; --nb) {
           pipe_k.producer_acquire(wr);
-          copy(prm.tma_k.with(*pipe_k.producer_get_barrier(wr), 0), tKg(_, nb), tKs(_, wr.index()));
+          copy(tma_k.with(*pipe_k.producer_get_barrier(wr), 0), tKg(_, nb), tKs(_, wr.index()));
           pipe_v.producer_acquire(wr);
           copy(prm.tma_v.with(*pipe_v.producer_get_barrier(wr), 0), tVg(_, nb), tVs(_, wr.index()));
           ++wr;
@@ -680,6 +685,9 @@ void run_forward(const AttnParams& p, int total_q, int total_k) {
   set_tma_extents(prm, p, total_q, total_k);
   prm.tma_q = make_tma_q<Traits>(p.q, prm.rows_q, p.heads, prm.batch_q, p.q_stride, varlen);
   prm.tma_k = make_tma_kv<Traits>(p.k, prm.rows_k, p.heads_k, prm.batch_q, p.k_stride, varlen);
+  prm.tma_kc = p.k_centered ? make_tma_kv<Traits>(p.k_centered, prm.rows_k, p.heads_k, prm.batch_q,
+                                                  p.kc_stride, varlen)
+                            : prm.tma_k;
   prm.tma_v = make_tma_kv<Traits>(p.v, prm.rows_k, p.heads_k, prm.batch_q, p.v_stride, varlen);
   auto kernel = fwd_sm90_kernel<Traits, kGProj>;
   const int smem = Traits::kSmemBytes;

@@ -5,7 +5,10 @@
 //      atomics on an order-preserving encoding of the floats (the workspace is memset, not
 //      initialized by a kernel);
 //   2. center: c = midpoint rounded to the dtype where every key lies in [c/2, 2c] (Sterbenz:
-//      k - c is then exact), else 0; writes K' = K - c and c.
+//      k - c is then exact), else 0; writes K' = K - c and c. Lazy (k_center_flags set): a
+//      (sequence, kv head) whose shift is 0 in every coordinate gets no K' (it would equal K);
+//      its flag says so and the forward reads K there. Random or zero-mean keys then cost one
+//      read of K instead of two reads and a write.
 // Reads K twice and writes it once: ~3 |K| bytes, about 1% of a forward pass at N = 4096.
 #pragma once
 #include <cuda_runtime.h>
@@ -86,12 +89,22 @@ __global__ void __launch_bounds__(256) center_kernel(const AttnParams p, const u
     const bool neg = hi < 0.f && lo >= 2.f * hi;
     c[e] = (pos || neg) ? to_float(from_float<T>(0.5f * (lo + hi))) : 0.f;
   }
+  bool write_kc = p.k_centered != 0;
+  if (p.k_center_flags) {  // lazy: K' only where something is centered (every block decides alike)
+    bool any = false;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) any |= c[e] != 0.f;
+    any = __syncthreads_or(any);
+    if (chunk == 0 && threadIdx.x == 0)
+      reinterpret_cast<int*>(p.k_center_flags)[int64_t(b) * p.heads_k + hk] = any ? 1 : 0;
+    write_kc = write_kc && any;
+  }
   if (chunk == 0 && threadIdx.x < kThreadsPerRow) {
     T* shift = reinterpret_cast<T*>(p.k_shift) + slot;
 #pragma unroll
     for (int e = 0; e < 8; ++e) shift[e] = from_float<T>(c[e]);
   }
-  if (r0 >= seq.nk || p.k_centered == 0) return;  // k_centered = 0: only the shift is wanted
+  if (r0 >= seq.nk || !write_kc) return;  // k_centered = 0: only the shift is wanted
   const T* src = reinterpret_cast<const T*>(p.k) + b * p.k_stride[0] + hk * p.k_stride[2] + col;
   T* dst = reinterpret_cast<T*>(p.k_centered) + b * p.kc_stride[0] + hk * p.kc_stride[2] + col;
   for (int r = r0 + threadIdx.x / kThreadsPerRow; r < min(r0 + kCenterRows, seq.nk);

@@ -1,0 +1,62 @@
+"""Forward A/B with little noise: cuDNN and our forward variants (GPROJ_FWD_VARIANT, read at every
+call) and numerics modes, interleaved call by call in one process, so clock and thermal drift hit
+every candidate alike (separate bench/speed.py runs drift by +-5-10% per shape). Prints the median
+time of each candidate and its ratio to cuDNN's.
+Usage: python scripts/fwd_ab.py VARIANTS [d,N[,causal] ...]   e.g.  0,2  128,2048 64,16384,causal"""
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+from gproj_cuda.ops import forward_cuda
+
+
+def main():
+    variants = sys.argv[1].split(",") if len(sys.argv) > 1 else ["0"]
+    shapes = sys.argv[2:] or ["64,2048", "64,16384", "128,2048", "128,2048,causal", "128,16384",
+                              "128,16384,causal", "256,2048", "256,16384"]
+    reps = int(os.environ.get("AB_REPS", "25"))
+    print(f"{'d':>4} {'N':>6} {'causal':>6} | {'cuDNN ms':>8} | " +
+          " ".join(f"{m + ' v' + v:>14}" for m in ("fa3", "gproj") for v in variants))
+    for a in shapes:
+        f = a.split(",")
+        d, n, causal = int(f[0]), int(f[1]), len(f) > 2
+        B, H = max(1, 16384 // n), 2048 // d
+        q, k, v = (torch.randn(B, n, H, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        s, wr = d ** -0.5, (0 if causal else -1)
+        qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+
+        def cudnn():
+            with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.CUDNN_ATTENTION):
+                F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+
+        cands = [("cudnn", None, cudnn)]
+        for m in ("fa3", "gproj"):
+            for var in variants:
+                cands.append((f"{m} v{var}", var, lambda m=m: forward_cuda(
+                    q, k, v, None, None, n, n, s, -1, wr, m)))
+        times = {name: [] for name, _, _ in cands}
+        for r in range(reps + 2):
+            evs = []
+            for name, var, fn in cands:  # queued back to back: the CPU stays ahead of the GPU
+                if var is not None:
+                    os.environ["GPROJ_FWD_VARIANT"] = var
+                a_ev, b_ev = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a_ev.record()
+                fn()
+                b_ev.record()
+                evs.append((name, a_ev, b_ev))
+            torch.cuda.synchronize()
+            if r >= 2:  # two warm-up rounds
+                for name, a_ev, b_ev in evs:
+                    times[name].append(a_ev.elapsed_time(b_ev))
+        med = {k_: sorted(t)[len(t) // 2] for k_, t in times.items()}
+        base = med["cudnn"]
+        print(f"{d:4d} {n:6d} {str(causal):>6} | {base:8.3f} | " +
+              " ".join(f"{med[name]:7.3f} {base / med[name]:5.3f}x" for name, _, _ in cands[1:]),
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()

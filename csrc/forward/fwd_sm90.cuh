@@ -161,8 +161,10 @@ struct FwdTraits : Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_> {
   // grouped so that their K/V stay in L2); with two Q buffers the next tile's Q and K/V load
   // while this tile's last P.V and epilogue run.
   static constexpr bool kPersistent = kPersistent_;
-  // Skip the O rescale when no row max of the warp changed (multiplying by 1 is exact); variant 2
-  // always rescales, as v3 did.
+  // Skip the O rescale when no row max of the warp changed (multiplying by 1 is exact). Measured
+  // (scripts/fwd_ab.py, bench/NOTES.md v4): +4-11% without pingpong (d = 64), -2-4% with it,
+  // where the branch costs more than the multiplies it saves; so the default skips only
+  // without pingpong and variant 2 does the opposite.
   static constexpr bool kSkipRescale = kSkipRescale_;
   // O = P V: A (P) from registers, B = V read MN-major (V's head dim is contiguous).
   using TiledMmaPV = decltype(make_tiled_mma(
@@ -651,8 +653,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 
 // Tile shapes and schedules. Variant 0 is the measured default (see run_forward); the others
 // are selected with GPROJ_FWD_VARIANT for A/B runs (bench/NOTES.md):
-//   1 pingpong at every head dim, 2 the default with every O rescale done (v3), 3 persistent +
-//   pingpong, 4 persistent + pingpong + kBlockN 176 at d=128.
+//   1 pingpong at every head dim, 2 the default with the opposite O-rescale skipping (FwdTraits),
+//   3 persistent + pingpong, 4 persistent + pingpong + kBlockN 176 at d=128.
 template <int kHeadDim, int kVariant> struct FwdTiles;
 template <int V> struct FwdTiles<64, V> { static constexpr int kBlockN = 128, kStages = 2; };
 template <int V> struct FwdTiles<128, V> {
@@ -678,8 +680,9 @@ void run_forward(const AttnParams& p, int total_q, int total_k) {
   // Default (variant 0): pingpong at head dims 128 and 256, where it measured up to +15% at
   // N = 4k-8k (bench/NOTES.md, "sm90 forward variants"); at d = 64 it was neutral to -10%.
   constexpr bool kPingpong = kVariant == 1 || kVariant >= 3 || kHeadDim >= 128;
+  constexpr bool kSkipRescale = (kVariant == 2) == kPingpong;
   using Traits = FwdTraits<T, kHeadDim, Tiles::kBlockN, Tiles::kStages, kPingpong,
-                           (kVariant >= 3), kVariant != 2>;
+                           (kVariant >= 3), kSkipRescale>;
   const bool varlen = p.cu_seqlens_q != 0;
   FwdKernelParams<Traits> prm;
   set_tma_extents(prm, p, total_q, total_k);

@@ -44,7 +44,7 @@ inline bool force_sm80() {
 }
 
 // GPROJ_FWD_VARIANT=1..4: experimental sm90 forward variants for A/B measurements
-// (fwd_sm90.cuh, FwdTiles: pingpong, the v3 main loop, persistent, kBlockN 176); 0 or unset:
+// (fwd_sm90.cuh, FwdTiles: no pingpong, O-rescale skipping, persistent, kBlockN 176); 0 or unset:
 // the default.
 // Built with GPROJ_FWD_VARIANTS=OFF (GPROJ_NO_FWD_VARIANTS) only the default exists.
 inline int fwd_variant() {

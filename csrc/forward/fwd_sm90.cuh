@@ -653,7 +653,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 
 // Tile shapes and schedules. Variant 0 is the measured default (see run_forward); the others
 // are selected with GPROJ_FWD_VARIANT for A/B runs (bench/NOTES.md):
-//   1 pingpong at every head dim, 2 the default with the opposite O-rescale skipping (FwdTraits),
+//   1 no pingpong, 2 the default with the opposite O-rescale skipping (FwdTraits),
 //   3 persistent + pingpong, 4 persistent + pingpong + kBlockN 176 at d=128.
 template <int kHeadDim, int kVariant> struct FwdTiles;
 template <int V> struct FwdTiles<64, V> { static constexpr int kBlockN = 128, kStages = 2; };
@@ -677,9 +677,10 @@ inline void device_sm_l2(int device, int& sms, int& l2_bytes) {
 template <typename T, int kHeadDim, bool kGProj, int kVariant = 0>
 void run_forward(const AttnParams& p, int total_q, int total_k) {
   using Tiles = FwdTiles<kHeadDim, kVariant>;
-  // Default (variant 0): pingpong at head dims 128 and 256, where it measured up to +15% at
-  // N = 4k-8k (bench/NOTES.md, "sm90 forward variants"); at d = 64 it was neutral to -10%.
-  constexpr bool kPingpong = kVariant == 1 || kVariant >= 3 || kHeadDim >= 128;
+  // Pingpong at every head dim (variant 1: none). At d = 128 and 256 it measured up to +15% at
+  // N = 4k-8k (bench/NOTES.md, "sm90 forward variants"); at d = 64 neutral in fa3 mode and
+  // +5-15% in gproj mode, whose softmax has one more FP32 instruction per score (v4).
+  constexpr bool kPingpong = kVariant != 1;
   constexpr bool kSkipRescale = (kVariant == 2) == kPingpong;
   using Traits = FwdTraits<T, kHeadDim, Tiles::kBlockN, Tiles::kStages, kPingpong,
                            (kVariant >= 3), kSkipRescale>;

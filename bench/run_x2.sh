@@ -62,8 +62,8 @@ sanitize() {   # compute-sanitizer on small shapes through every kernel (scripts
   done
 }
 
-variants() {   # sm90 forward variants (GPROJ_FWD_VARIANT 0-4) side by side with cuDNN, forward only
-  for V in ${VARS:-0 1 2 3 4}; do
+variants() {   # sm90 forward variants (GPROJ_FWD_VARIANT 0-5) side by side with cuDNN, forward only
+  for V in ${VARS:-0 1 2 3 4 5}; do
     GPROJ_FWD_VARIANT=$V timeout "${VAR_S:-70}" python3 bench/speed.py \
       --impls gproj_cuda/gproj,gproj_cuda/fa3,sdpa_cudnn --ops fwd --hdims 64,128,256 \
       --seqlens 2048,4096,8192,16384 --gqa-seqlens '' --varlen-means '' --budget-s 0.2 --pause 0.05 \

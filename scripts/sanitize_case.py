@@ -12,7 +12,8 @@ from gproj_cuda.centering import center_keys, key_shift
 
 torch.manual_seed(0)
 ONLY_HOPPER_BWD = os.environ.get("SANITIZE_ONLY_HOPPER_BWD") == "1"   # the newest kernels alone
-for variant in (() if ONLY_HOPPER_BWD else ("0", "1", "2", "3", "4")):
+ONLY_FWD = os.environ.get("SANITIZE_ONLY_FWD") == "1"   # the forward variants (+ their backward)
+for variant in (() if ONLY_HOPPER_BWD else ("0", "1", "2", "3", "4", "5")):
     os.environ["GPROJ_FWD_VARIANT"] = variant
     for dtype in (torch.bfloat16, torch.float16):
         for d in (64, 128, 256):
@@ -31,6 +32,9 @@ cu = torch.tensor([0, 5, 5, 70], dtype=torch.int32, device="cuda")
 q = torch.randn(70, 2, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
 o = gproj_cuda.attention_varlen(q, q, q, cu, cu, 65, 65, causal=True)
 o.backward(torch.randn_like(o))
+if ONLY_FWD:
+    torch.cuda.synchronize()
+    raise SystemExit(0)
 
 # Partial passes (ring attention's chunks): a query chunk of 40 rows against a key chunk of 56,
 # diagonal moved both ways, fp32 chunk outputs, fp32/fp64 accumulators.

@@ -43,16 +43,16 @@ inline bool force_sm80() {
   return v != nullptr && v[0] == '1';
 }
 
-// GPROJ_FWD_VARIANT=1..4: experimental sm90 forward variants for A/B measurements
-// (fwd_sm90.cuh, FwdTiles: no pingpong, O-rescale skipping, persistent, kBlockN 176); 0 or unset:
-// the default.
+// GPROJ_FWD_VARIANT=1..5: experimental sm90 forward variants for A/B measurements
+// (fwd_sm90.cuh, FwdTiles: no pingpong, O-rescale skipping, persistent, kBlockN 176, three
+// consumer warpgroups); 0 or unset: the default.
 // Built with GPROJ_FWD_VARIANTS=OFF (GPROJ_NO_FWD_VARIANTS) only the default exists.
 inline int fwd_variant() {
 #ifdef GPROJ_NO_FWD_VARIANTS
   return 0;
 #else
   const char* v = std::getenv("GPROJ_FWD_VARIANT");
-  return (v != nullptr && v[0] >= '1' && v[0] <= '4' && v[1] == '\0') ? v[0] - '0' : 0;
+  return (v != nullptr && v[0] >= '1' && v[0] <= '5' && v[1] == '\0') ? v[0] - '0' : 0;
 #endif
 }
 
@@ -91,6 +91,7 @@ void forward_impl(const AttnParams& p) {
       case 2: forward_sm90<T, D, 2>(p); return;
       case 3: forward_sm90<T, D, 3>(p); return;
       case 4: forward_sm90<T, D, 4>(p); return;
+      case 5: forward_sm90<T, D, 5>(p); return;
       default: break;
     }
 #endif

@@ -65,17 +65,21 @@ __device__ __forceinline__ auto tma_rows(Tma const& tma, int rows, int head_dim,
                        tma.get_tma_tensor(make_shape(rows, head_dim, heads, batch))(_, _, head, b));
 }
 
-// What every sm90 kernel here shares: a 128-row query tile and kBlockN-row key tiles over the
-// head dim, one producer warpgroup and two consumer warpgroups (64 query rows each), Q-like tiles
-// and a kStages ring of K-like tiles in shared memory (K-major, swizzled for WGMMA), their TMA
-// loads, and the mbarrier pipeline type of the ring.
-template <typename T_, int kHeadDim_, int kBlockN_, int kStages_>
+// What every sm90 kernel here shares: a query tile of 64 rows per consumer warpgroup (two, or
+// three in the d = 64 forward) and kBlockN-row key tiles over the head dim, one producer
+// warpgroup, Q-like tiles and a kStages ring of K-like tiles in shared memory (K-major, swizzled
+// for WGMMA), their TMA loads, and the mbarrier pipeline type of the ring.
+template <typename T_, int kHeadDim_, int kBlockN_, int kStages_, int kMmaWarpGroups_ = 2>
 struct Sm90Tiles {
   using T = T_;                                     // CUDA type (global stores)
   using Element = typename CuteElement<T_>::type;   // CuTe type (TMA, GMMA)
-  static constexpr int kHeadDim = kHeadDim_, kBlockM = 128, kBlockN = kBlockN_;
+  static constexpr int kHeadDim = kHeadDim_, kBlockM = 64 * kMmaWarpGroups_, kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
-  static constexpr int kNumMmaWarpGroups = 2;
+  static constexpr int kNumMmaWarpGroups = kMmaWarpGroups_;
+  // Registers per thread after setmaxnreg (the file holds 64K): the producer keeps 24, the
+  // consumers share the rest in multiples of 8 (240 with two of them, 160 with three).
+  static constexpr int kProducerRegs = 24;
+  static constexpr int kConsumerRegs = kMmaWarpGroups_ == 2 ? 240 : 160;
   static constexpr int kNumMmaThreads = kNumMmaWarpGroups * 128;
   static constexpr int kNumThreads = kNumMmaThreads + 128;
   using TileShape = Shape<Int<kBlockM>, Int<kBlockN>, Int<kHeadDim>>;
@@ -145,9 +149,9 @@ void launch_sm90(Kernel kernel, dim3 grid, int threads, int smem, const Prm& prm
 }
 
 template <typename T_, int kHeadDim_, int kBlockN_, int kStages_, bool kPingpong_,
-          bool kPersistent_, bool kSkipRescale_ = true>
-struct FwdTraits : Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_> {
-  using Base = Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_>;
+          bool kPersistent_, bool kSkipRescale_ = true, int kMmaWarpGroups_ = 2>
+struct FwdTraits : Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_, kMmaWarpGroups_> {
+  using Base = Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_, kMmaWarpGroups_>;
   using typename Base::Element;
   using typename Base::SmemLayoutK;
   using typename Base::SmemLayoutQ;
@@ -221,18 +225,21 @@ __device__ __forceinline__ auto acc_to_a_layout(L l) {
                      coalesce(make_layout(get<0, 1>(split), get<2>(l))));
 }
 
-// Pingpong turn-taking between the two consumer warpgroups (named barriers 8 and 9; 0 is
-// __syncthreads, CUTLASS reserves the low ids). Warpgroup w waits for its turn on barrier 8 + w,
-// issues its GEMMs, then hands the turn to the other one: bar.arrive on the other's barrier.
-// Each barrier completes when 256 threads have arrived (128 waiting + 128 arriving).
+// Pingpong turn-taking between the consumer warpgroups (named barriers 8, 9 and 10 with three;
+// 0 is __syncthreads, CUTLASS reserves the low ids). Warpgroup w waits for its turn on barrier
+// 8 + w, issues its GEMMs, then hands the turn to the next one, round robin: bar.arrive on the
+// next one's barrier. Each barrier completes when 256 threads have arrived (128 waiting + 128
+// arriving).
 __device__ __forceinline__ void turn_wait(int consumer) {
   asm volatile("bar.sync %0, 256;\n" ::"r"(8 + consumer) : "memory");
 }
+template <int kConsumers = 2>
 __device__ __forceinline__ void turn_pass(int consumer) {
-  asm volatile("bar.arrive %0, 256;\n" ::"r"(8 + (consumer ^ 1)) : "memory");
+  const int next = consumer + 1 == kConsumers ? 0 : consumer + 1;
+  asm volatile("bar.arrive %0, 256;\n" ::"r"(8 + next) : "memory");
 }
-// One consumer warpgroup's own barrier (named barriers 11 and 12, 128 threads; the backward
-// uses 10 for both consumer warpgroups together).
+// One consumer warpgroup's own barrier (named barriers 11-13, 128 threads; the backward uses 10
+// for both its consumer warpgroups together).
 __device__ __forceinline__ void wg_sync(int consumer) {
   asm volatile("bar.sync %0, 128;\n" ::"r"(11 + consumer) : "memory");
 }
@@ -280,6 +287,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   const AttnParams& p = prm.p;
 
   constexpr int kQBuf = Traits::kQBuffers;
+  constexpr int kWGs = Traits::kNumMmaWarpGroups;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   auto& ss = *reinterpret_cast<typename Traits::SharedStorage*>(smem_raw);
   const int wg = cutlass::canonical_warp_group_idx();
@@ -324,7 +332,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 
   if (wg == 0) {
     // ---------------- producer ----------------
-    cutlass::arch::warpgroup_reg_dealloc<24>();
+    cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
     if (threadIdx.x == 0) {
       PipelineState wr = cutlass::make_producer_start_state<Pipeline>();
       int qi = 0;  // tiles whose Q this block has loaded
@@ -373,7 +381,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   }
 
   // ---------------- consumers ----------------
-  cutlass::arch::warpgroup_reg_alloc<240>();
+  cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
   const int tid = threadIdx.x - 128;
   const int consumer = wg - 1;
   typename Traits::TiledMmaQK mma_qk;
@@ -518,19 +526,19 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       Tensor tSrS = partition_fragment_C(mma_qk, select<0, 1>(typename Traits::TileShape{}));
       Tensor tOrP = make_tensor_like<Element>(tSrS);
       Tensor tOrPa = make_tensor(tOrP.data(), acc_to_a_layout(tSrS.layout()));
-      // Pingpong: consumer 0 takes the first turn; every turn below is a wait/pass pair, the same
-      // number in both warpgroups (same key tiles), and consumer 0's extra wait at the end
-      // consumes consumer 1's last pass, so no barrier is left half-arrived.
-      // Persistent: consumer 1's opening pass happens on the block's first tile only; on later
-      // tiles consumer 0's first wait takes consumer 1's last pass of the previous tile (see the
-      // end of the tile), so every pass to consumer 0 but the first follows a wait of consumer 1
-      // and barrier 8 is never arrived at twice before consumer 0's bar.sync.
+      // Pingpong: consumer 0 takes the first turn (the last consumer's opening pass); every turn
+      // below is a wait/pass pair, the same number in every warpgroup (same key tiles), and
+      // consumer 0's extra wait at the end consumes the last consumer's last pass, so no barrier
+      // is left half-arrived. A warpgroup passes again only after the round robin has come back
+      // to it, i.e. after the next one's wait: no barrier is arrived at twice before its bar.sync.
+      // Persistent: the opening pass happens on the block's first tile only; on later tiles
+      // consumer 0's first wait takes the last consumer's last pass of the previous tile.
       if constexpr (Traits::kPingpong) {
-        if (consumer == 1 && (!Traits::kPersistent || qi == 0)) turn_pass(consumer);
+        if (consumer == kWGs - 1 && (!Traits::kPersistent || qi == 0)) turn_pass<kWGs>(consumer);
         turn_wait(consumer);
       }
       issue_s(tSrS, rd_k);
-      if constexpr (Traits::kPingpong) turn_pass(consumer);
+      if constexpr (Traits::kPingpong) turn_pass<kWGs>(consumer);
       if (shift != nullptr) q_dot_shift();
       warpgroup_wait<0>();
       pipe_k.consumer_release(rd_k);
@@ -544,7 +552,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         issue_s(tSrS, rd_k);
         pipe_v.consumer_wait(rd_v);
         wg_gemm<false>(mma_pv, tOrPa, tOrV(_, _, _, rd_v.index()), tOrO);
-        if constexpr (Traits::kPingpong) turn_pass(consumer);
+        if constexpr (Traits::kPingpong) turn_pass<kWGs>(consumer);
         warpgroup_wait<1>();  // S done (P.V may still run)
         pipe_k.consumer_release(rd_k);
         ++rd_k;
@@ -559,7 +567,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       pipe_v.consumer_wait(rd_v);
       wg_gemm<false>(mma_pv, tOrPa, tOrV(_, _, _, rd_v.index()), tOrO);
       if constexpr (Traits::kPingpong) {
-        turn_pass(consumer);
+        turn_pass<kWGs>(consumer);
         // Persistent: consumer 0's closing wait moves after the tile loop (consumer 1 would
         // otherwise pass twice, this pass and the next tile's opening one, possibly before it).
         if (consumer == 0 && !Traits::kPersistent) turn_wait(consumer);
@@ -654,13 +662,18 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 // Tile shapes and schedules. Variant 0 is the measured default (see run_forward); the others
 // are selected with GPROJ_FWD_VARIANT for A/B runs (bench/NOTES.md):
 //   1 no pingpong, 2 the default with the opposite O-rescale skipping (FwdTraits),
-//   3 persistent + pingpong, 4 persistent + pingpong + kBlockN 176 at d=128.
+//   3 persistent + pingpong, 4 persistent + pingpong + kBlockN 176 at d=128, 5 three consumer
+//   warpgroups (192-row query tiles) at d=64.
 template <int kHeadDim, int kVariant> struct FwdTiles;
-template <int V> struct FwdTiles<64, V> { static constexpr int kBlockN = 128, kStages = 2; };
-template <int V> struct FwdTiles<128, V> {
-  static constexpr int kBlockN = V == 4 ? 176 : 128, kStages = 2;
+template <int V> struct FwdTiles<64, V> {
+  static constexpr int kBlockN = 128, kStages = 2, kMmaWarpGroups = V == 5 ? 3 : 2;
 };
-template <int V> struct FwdTiles<256, V> { static constexpr int kBlockN = 64, kStages = 2; };
+template <int V> struct FwdTiles<128, V> {
+  static constexpr int kBlockN = V == 4 ? 176 : 128, kStages = 2, kMmaWarpGroups = 2;
+};
+template <int V> struct FwdTiles<256, V> {
+  static constexpr int kBlockN = 64, kStages = 2, kMmaWarpGroups = 2;
+};
 
 // Device properties the persistent schedule needs (cached per device).
 inline void device_sm_l2(int device, int& sms, int& l2_bytes) {
@@ -683,7 +696,7 @@ void run_forward(const AttnParams& p, int total_q, int total_k) {
   constexpr bool kPingpong = kVariant != 1;
   constexpr bool kSkipRescale = (kVariant == 2) == kPingpong;
   using Traits = FwdTraits<T, kHeadDim, Tiles::kBlockN, Tiles::kStages, kPingpong,
-                           (kVariant >= 3), kSkipRescale>;
+                           (kVariant == 3 || kVariant == 4), kSkipRescale, Tiles::kMmaWarpGroups>;
   const bool varlen = p.cu_seqlens_q != 0;
   FwdKernelParams<Traits> prm;
   set_tma_extents(prm, p, total_q, total_k);

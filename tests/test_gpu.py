@@ -308,8 +308,8 @@ def test_cuda_graph_capture_and_replay():
 @pytest.mark.parametrize("d", HDIMS)
 @pytest.mark.parametrize("numerics", ["gproj", "fa3"])
 @pytest.mark.parametrize("variant", ["0", "1", "2", "3", "4", "5"],
-                         ids=["default", "no-pingpong", "rescale-skip-flipped", "persistent",
-                              "persistent176", "three-warpgroups"])
+                         ids=["default", "no-pingpong", "rescale-skip-flipped",
+                              "persistence-flipped", "persistent176", "three-warpgroups"])
 def test_hopper_forward_matches_mma_sync_oracle(dtype, d, numerics, variant, monkeypatch):
     """The sm_90a forward (TMA + WGMMA) against the mma.sync kernel it replaces: both within the
     emulator's error of float64, on causal, windowed and varlen problems; every tile variant

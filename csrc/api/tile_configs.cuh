@@ -44,8 +44,8 @@ inline bool force_sm80() {
 }
 
 // GPROJ_FWD_VARIANT=1..5: experimental sm90 forward variants for A/B measurements
-// (fwd_sm90.cuh, FwdTiles: no pingpong, O-rescale skipping, persistent, kBlockN 176, three
-// consumer warpgroups); 0 or unset: the default.
+// (fwd_sm90.cuh, run_forward: no pingpong, O-rescale skipping flipped, persistence flipped,
+// kBlockN 176, three consumer warpgroups); 0 or unset: the default.
 // Built with GPROJ_FWD_VARIANTS=OFF (GPROJ_NO_FWD_VARIANTS) only the default exists.
 inline int fwd_variant() {
 #ifdef GPROJ_NO_FWD_VARIANTS

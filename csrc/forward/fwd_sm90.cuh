@@ -662,8 +662,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 // Tile shapes and schedules. Variant 0 is the measured default (see run_forward); the others
 // are selected with GPROJ_FWD_VARIANT for A/B runs (bench/NOTES.md):
 //   1 no pingpong, 2 the default with the opposite O-rescale skipping (FwdTraits),
-//   3 persistent + pingpong, 4 persistent + pingpong + kBlockN 176 at d=128, 5 three consumer
-//   warpgroups (192-row query tiles) at d=64.
+//   3 persistence flipped (the default is persistent at d = 64 only), 4 persistent + kBlockN 176
+//   at d=128, 5 three consumer warpgroups (192-row query tiles) at d=64.
 template <int kHeadDim, int kVariant> struct FwdTiles;
 template <int V> struct FwdTiles<64, V> {
   static constexpr int kBlockN = 128, kStages = 2, kMmaWarpGroups = V == 5 ? 3 : 2;
@@ -695,8 +695,11 @@ void run_forward(const AttnParams& p, int total_q, int total_k) {
   // +5-15% in gproj mode, whose softmax has one more FP32 instruction per score (v4).
   constexpr bool kPingpong = kVariant != 1;
   constexpr bool kSkipRescale = (kVariant == 2) == kPingpong;
-  using Traits = FwdTraits<T, kHeadDim, Tiles::kBlockN, Tiles::kStages, kPingpong,
-                           (kVariant == 3 || kVariant == 4), kSkipRescale, Tiles::kMmaWarpGroups>;
+  // Persistent at d = 64 (variant 3 flips it): there it measured +1-7% in gproj mode and -2 to
+  // +1% in fa3 mode; at d = 128 neutral, at d = 256 -4% (scripts/fwd_ab.py, bench/NOTES.md v4).
+  constexpr bool kPersistent = ((kVariant == 3) != (kHeadDim == 64)) || kVariant == 4;
+  using Traits = FwdTraits<T, kHeadDim, Tiles::kBlockN, Tiles::kStages, kPingpong, kPersistent,
+                           kSkipRescale, Tiles::kMmaWarpGroups>;
   const bool varlen = p.cu_seqlens_q != 0;
   FwdKernelParams<Traits> prm;
   set_tma_extents(prm, p, total_q, total_k);

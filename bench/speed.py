@@ -58,7 +58,14 @@ def _sync():
 
 
 def time_cuda(fn, *, warmup=3, min_reps=10, max_reps=100, budget_s=None):
-    """Median milliseconds of fn() by CUDA events (perf_counter on --device cpu)."""
+    """Median milliseconds of fn() by CUDA events (perf_counter on --device cpu).
+
+    The calls are queued back to back and synchronized once, as in a training loop, where the
+    CPU runs ahead of the GPU: each call's events then bracket its GPU work. (Until 2026-11-29
+    every call was synchronized, so each one started on an idle GPU and its time included the
+    host's dispatch up to its first kernel; that inflated short calls, ours the most: several
+    launches per call. bench/NOTES.md, session 5.) A call whose host overhead exceeds its GPU
+    time still shows it: the GPU then waits on the host."""
     budget_s = BUDGET_S if budget_s is None else budget_s
     for _ in range(warmup):
         fn()
@@ -68,7 +75,7 @@ def time_cuda(fn, *, warmup=3, min_reps=10, max_reps=100, budget_s=None):
     _sync()
     once = time.perf_counter() - t0
     reps = int(min(max_reps, max(min_reps, budget_s / max(once, 1e-6))))
-    times = []
+    times, events = [], []
     for _ in range(reps):
         if DEVICE != "cuda":
             t0 = time.perf_counter()
@@ -79,8 +86,9 @@ def time_cuda(fn, *, warmup=3, min_reps=10, max_reps=100, budget_s=None):
         a.record()
         fn()
         b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
+        events.append((a, b))
+    _sync()
+    times += [a.elapsed_time(b) for a, b in events]
     return statistics.median(times)
 
 

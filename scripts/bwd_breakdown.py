@@ -4,21 +4,9 @@ KV-outer pass is the rest), CUDA-event medians. Usage: python scripts/bwd_breakd
 import sys
 
 import torch
+from _timing import timed
 
 from gproj_cuda.ops import backward_cuda, center_keys_cuda, forward_cuda, rowstate_cuda
-
-
-def timed(fn, reps=20):
-    for _ in range(3):
-        fn()
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-          for _ in range(reps)]
-    for a, b in ev:
-        a.record()
-        fn()
-        b.record()
-    torch.cuda.synchronize()
-    return sorted(a.elapsed_time(b) for a, b in ev)[reps // 2]
 
 
 def main():

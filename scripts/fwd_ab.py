@@ -7,7 +7,7 @@ import os
 import sys
 
 import torch
-import torch.nn.functional as F
+from _timing import Case
 
 from gproj_cuda.ops import forward_cuda
 
@@ -20,18 +20,10 @@ def main():
     print(f"{'d':>4} {'N':>6} {'causal':>6} | {'cuDNN ms':>8} | " +
           " ".join(f"{m + ' v' + v:>14}" for m in ("fa3", "gproj") for v in variants))
     for a in shapes:
-        f = a.split(",")
-        d, n, causal = int(f[0]), int(f[1]), len(f) > 2
-        B, H = max(1, 16384 // n), 2048 // d
-        q, k, v = (torch.randn(B, n, H, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-        s, wr = d ** -0.5, (0 if causal else -1)
-        qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
-
-        def cudnn():
-            with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.CUDNN_ATTENTION):
-                F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
-
-        cands = [("cudnn", None, cudnn)]
+        c = Case.parse(a)
+        d, n, causal = c.d, c.n, c.causal
+        q, k, v, s, wr = c.q, c.k, c.v, c.scale, c.window_right
+        cands = [("cudnn", None, c.cudnn)]
         for m in ("fa3", "gproj"):
             for var in variants:
                 cands.append((f"{m} v{var}", var, lambda m=m: forward_cuda(

@@ -1,27 +1,15 @@
 """Where the Hopper forward's time goes, per shape (bf16, B*N = 16k tokens, H*d = 2048): cuDNN's
 forward, ours in fa3 mode, ours in gproj mode, and gproj's two pieces (key centering, lazy as in
-the forward: random keys need no K'; the kernel alone on already centered keys), CUDA-event medians in one process, so the ratios travel.
+the forward: random keys need no K'; the kernel alone on already centered keys), CUDA-event
+medians in one process, so the ratios travel.
 Usage: python scripts/fwd_breakdown.py [d,N[,causal] ...]   (default: a small grid)"""
 import sys
 
 import torch
-import torch.nn.functional as F
+from _timing import Case, timed
 
 from gproj_cuda import _ext
 from gproj_cuda.ops import _params, _rowstat_shape, center_keys_cuda, forward_cuda
-
-
-def timed(fn, reps=30):
-    for _ in range(3):
-        fn()
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-          for _ in range(reps)]
-    for a, b in ev:
-        a.record()
-        fn()
-        b.record()
-    torch.cuda.synchronize()
-    return sorted(a.elapsed_time(b) for a, b in ev)[reps // 2]
 
 
 def kernel_only(q, kc, shift, v, n, s, wr):
@@ -42,21 +30,17 @@ def main():
     print(f"{'d':>4} {'N':>6} {'causal':>6} | {'cuDNN':>7} {'fa3':>7} {'gproj':>7} | "
           f"{'center':>7} {'kernel':>7} | fa3/cuDNN gproj/cuDNN kernel/fa3")
     for a in args:
-        f = a.split(",")
-        d, n, causal = int(f[0]), int(f[1]), len(f) > 2
-        B, H = max(1, 16384 // n), 2048 // d
-        q, k, v = (torch.randn(B, n, H, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-        s, wr = d ** -0.5, (0 if causal else -1)
-        qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+        c = Case.parse(a)
+        d, n, causal, B, H = c.d, c.n, c.causal, c.B, c.H
+        q, k, v, s, wr = c.q, c.k, c.v, c.scale, c.window_right
         kc, shift = center_keys_cuda(k, None, n)
         t = {}
-        with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.CUDNN_ATTENTION):
-            t["cudnn"] = timed(lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal))
-        t["fa3"] = timed(lambda: forward_cuda(q, k, v, None, None, n, n, s, -1, wr, "fa3"))
-        t["gproj"] = timed(lambda: forward_cuda(q, k, v, None, None, n, n, s, -1, wr, "gproj"))
+        t["cudnn"] = timed(c.cudnn, 30)
+        t["fa3"] = timed(lambda: forward_cuda(q, k, v, None, None, n, n, s, -1, wr, "fa3"), 30)
+        t["gproj"] = timed(lambda: forward_cuda(q, k, v, None, None, n, n, s, -1, wr, "gproj"), 30)
         flags = torch.empty((B, H), dtype=torch.int32, device="cuda")
-        t["center"] = timed(lambda: center_keys_cuda(k, None, n, flags=flags))  # lazy, as forward
-        t["kernel"] = timed(kernel_only(q, kc, shift.contiguous(), v, n, s, wr))
+        t["center"] = timed(lambda: center_keys_cuda(k, None, n, flags=flags), 30)  # lazy, as forward
+        t["kernel"] = timed(kernel_only(q, kc, shift, v, n, s, wr), 30)
         torch.cuda.synchronize()
         print(f"{d:4d} {n:6d} {str(causal):>6} | " +
               " ".join(f"{t[x]:7.3f}" for x in ("cudnn", "fa3", "gproj")) + " | " +

@@ -697,7 +697,9 @@ void run_forward(const AttnParams& p, int total_q, int total_k) {
   constexpr bool kSkipRescale = (kVariant == 2) == kPingpong;
   // Persistent at d = 64 (variant 3 flips it): there it measured +1-7% in gproj mode and -2 to
   // +1% in fa3 mode; at d = 128 neutral, at d = 256 -4% (scripts/fwd_ab.py, bench/NOTES.md v4).
-  constexpr bool kPersistent = ((kVariant == 3) != (kHeadDim == 64)) || kVariant == 4;
+  // (Variant 5, three consumer warpgroups, stays non-persistent: the form that was measured.)
+  constexpr bool kPersistent =
+      kVariant == 4 || (kVariant != 5 && ((kVariant == 3) != (kHeadDim == 64)));
   using Traits = FwdTraits<T, kHeadDim, Tiles::kBlockN, Tiles::kStages, kPingpong, kPersistent,
                            kSkipRescale, Tiles::kMmaWarpGroups>;
   const bool varlen = p.cu_seqlens_q != 0;

@@ -28,7 +28,8 @@
 #pragma once
 
 #include "../backward/bwd_common.cuh"
-#include "../forward/fwd_sm90.cuh"
+#include "../common/sm90.cuh"
+#include "../common/tile.cuh"
 
 namespace gproj {
 namespace sm90 {

@@ -14,139 +14,16 @@
 
 #include <algorithm>
 
-#include <cute/tensor.hpp>
-#include <cutlass/arch/barrier.h>
-#include <cutlass/arch/reg_reconfig.h>
-#include <cutlass/cutlass.h>
-#include <cutlass/gemm/collective/builders/sm90_common.inl>
-#include <cutlass/pipeline/pipeline.hpp>
-
 #include "../api/params.h"
 #include "../common/cuda_check.h"
 #include "../common/device.cuh"
+#include "../common/sm90.cuh"
 #include "../common/tile.cuh"
 
 namespace gproj {
 namespace sm90 {
 
 using namespace cute;
-
-// CuTe's TMA and GMMA atoms are written for CUTLASS's numeric types (bit-identical to CUDA's).
-template <typename T> struct CuteElement;
-template <> struct CuteElement<bf16> { using type = cutlass::bfloat16_t; };
-template <> struct CuteElement<fp16> { using type = cutlass::half_t; };
-
-// ---- TMA views shared by the sm90 kernels: q, k, v, dO as (rows, head dim, head, batch) ----
-using TmaGmemLayout =
-    Layout<Shape<int32_t, int32_t, int32_t, int32_t>, Stride<int64_t, _1, int64_t, int64_t>>;
-
-// The TMA load of `Tile`-shaped boxes into `SmemLayout`.
-template <class Element, class SmemLayout, class Tile>
-using TmaLoad = decltype(make_tma_copy(
-    SM90_TMA_LOAD{}, make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), TmaGmemLayout{}),
-    SmemLayout{}, Tile{}, _1{}));
-
-// Host: the global tensor a TMA load reads (varlen: the packed rows as one batch entry).
-template <class Element>
-inline auto tma_gmem(uint64_t ptr, int rows, int head_dim, int heads, int batch,
-                     const int64_t (&st)[3], bool varlen) {
-  // A size-1 batch mode still needs a legal TMA stride: any multiple of 16 bytes works.
-  const int64_t bstride = varlen ? int64_t(rows) * st[1] : st[0];
-  return make_tensor(make_gmem_ptr(reinterpret_cast<Element const*>(ptr)),
-                     make_layout(make_shape(rows, head_dim, heads, batch),
-                                 make_stride(st[1], _1{}, st[2], bstride > 0 ? bstride : int64_t(8))));
-}
-
-// Device: the rows of one (sequence, head), starting at the sequence's first row.
-template <class Tma>
-__device__ __forceinline__ auto tma_rows(Tma const& tma, int rows, int head_dim, int heads,
-                                         int batch, int start, int head, int b) {
-  return domain_offset(make_coord(start, _0{}),
-                       tma.get_tma_tensor(make_shape(rows, head_dim, heads, batch))(_, _, head, b));
-}
-
-// What every sm90 kernel here shares: a query tile of 64 rows per consumer warpgroup (two, or
-// three in the d = 64 forward) and kBlockN-row key tiles over the head dim, one producer
-// warpgroup, Q-like tiles and a kStages ring of K-like tiles in shared memory (K-major, swizzled
-// for WGMMA), their TMA loads, and the mbarrier pipeline type of the ring.
-template <typename T_, int kHeadDim_, int kBlockN_, int kStages_, int kMmaWarpGroups_ = 2>
-struct Sm90Tiles {
-  using T = T_;                                     // CUDA type (global stores)
-  using Element = typename CuteElement<T_>::type;   // CuTe type (TMA, GMMA)
-  static constexpr int kHeadDim = kHeadDim_, kBlockM = 64 * kMmaWarpGroups_, kBlockN = kBlockN_;
-  static constexpr int kStages = kStages_;
-  static constexpr int kNumMmaWarpGroups = kMmaWarpGroups_;
-  // Registers per thread after setmaxnreg (the file holds 64K): the producer keeps 24, the
-  // consumers share the rest in multiples of 8 (240 with two of them, 160 with three).
-  static constexpr int kProducerRegs = 24;
-  static constexpr int kConsumerRegs = kMmaWarpGroups_ == 2 ? 240 : 160;
-  static constexpr int kNumMmaThreads = kNumMmaWarpGroups * 128;
-  static constexpr int kNumThreads = kNumMmaThreads + 128;
-  using TileShape = Shape<Int<kBlockM>, Int<kBlockN>, Int<kHeadDim>>;
-  using AtomLayout = Layout<Shape<Int<kNumMmaWarpGroups>, _1, _1>>;
-  // S = Q K^T (and dP = dO V^T): A and B from shared memory, both K-major.
-  using TiledMmaQK = decltype(make_tiled_mma(
-      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kBlockN>, Int<kHeadDim>>>(),
-      AtomLayout{}));
-  using SmemAtomQ = decltype(cutlass::gemm::collective::detail::ss_smem_selector<
-                             GMMA::Major::K, Element, Int<kBlockM>, Int<kHeadDim>>());
-  using SmemLayoutQ = decltype(tile_to_shape(SmemAtomQ{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
-  using SmemAtomKV = decltype(cutlass::gemm::collective::detail::ss_smem_selector<
-                              GMMA::Major::K, Element, Int<kBlockN>, Int<kHeadDim>>());
-  using SmemLayoutK =
-      decltype(tile_to_shape(SmemAtomKV{}, Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}));
-  using Pipeline = cutlass::PipelineTmaAsync<kStages>;
-  using PipelineState = typename Pipeline::PipelineState;
-  using TmaQ = TmaLoad<Element, SmemLayoutQ, decltype(select<0, 2>(TileShape{}))>;
-  using TmaKV =
-      TmaLoad<Element, decltype(take<0, 2>(SmemLayoutK{})), decltype(select<1, 2>(TileShape{}))>;
-
-  // Params of a K-like tile ring for warpgroup `wg` (0: the producer, whose thread 0 leads).
-  __device__ static typename Pipeline::Params ring_params(int wg) {
-    typename Pipeline::Params pp;
-    pp.transaction_bytes = kBlockN * kHeadDim * int(sizeof(Element));
-    pp.role = wg == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
-    pp.is_leader = threadIdx.x == 0;
-    pp.num_consumers = kNumMmaThreads;
-    return pp;
-  }
-};
-
-// Host: the TMA loads of a Q-like (rows of q / dO) and a K-like (rows of k / v) tensor.
-template <class Tiles>
-typename Tiles::TmaQ make_tma_q(uint64_t ptr, int rows, int heads, int batch,
-                                const int64_t (&st)[3], bool varlen) {
-  return make_tma_copy(SM90_TMA_LOAD{},
-                       tma_gmem<typename Tiles::Element>(ptr, rows, Tiles::kHeadDim, heads, batch, st, varlen),
-                       typename Tiles::SmemLayoutQ{}, select<0, 2>(typename Tiles::TileShape{}), _1{});
-}
-template <class Tiles>
-typename Tiles::TmaKV make_tma_kv(uint64_t ptr, int rows, int heads, int batch,
-                                  const int64_t (&st)[3], bool varlen) {
-  return make_tma_copy(SM90_TMA_LOAD{},
-                       tma_gmem<typename Tiles::Element>(ptr, rows, Tiles::kHeadDim, heads, batch, st, varlen),
-                       take<0, 2>(typename Tiles::SmemLayoutK{}), select<1, 2>(typename Tiles::TileShape{}), _1{});
-}
-
-// Host: the extents of every sm90 kernel's TMA tensors (varlen: the packed rows, one batch entry).
-template <class Prm>
-void set_tma_extents(Prm& prm, const AttnParams& p, int total_q, int total_k) {
-  const bool varlen = p.cu_seqlens_q != 0;
-  prm.p = p;
-  prm.rows_q = varlen ? total_q : p.seqlen_q;
-  prm.rows_k = varlen ? total_k : p.seqlen_k;
-  prm.batch_q = varlen ? 1 : p.batch;
-}
-
-// Host: opt the kernel in to its shared memory (done on every launch, so that a kernel first
-// used on a second device is set up too) and launch it on the caller's stream.
-template <class Kernel, class Prm>
-void launch_sm90(Kernel kernel, dim3 grid, int threads, int smem, const Prm& prm,
-                 const AttnParams& p, const char* name) {
-  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), name);
-  kernel<<<grid, threads, smem, reinterpret_cast<cudaStream_t>(p.stream)>>>(prm);
-  check_cuda(cudaGetLastError(), name);
-}
 
 template <typename T_, int kHeadDim_, int kBlockN_, int kStages_, bool kPingpong_,
           bool kPersistent_, bool kSkipRescale_ = true, int kMmaWarpGroups_ = 2>
@@ -207,57 +84,6 @@ struct FwdKernelParams {
   int sched_group;              // persistent: (sequence, head) pairs scheduled together
   AttnParams p;
 };
-
-// Accumulator ((2, 2, V), M, N) -> (rows, cols) view: the lane's rows and columns.
-template <class L>
-__device__ __forceinline__ auto acc_rowcol(L l) {
-  auto l0 = get<0>(l);
-  return make_layout(make_layout(get<1>(l0), get<1>(l)),
-                     make_layout(get<0>(l0), get<2>(l0), get<2>(l)));
-}
-
-// Accumulator of S (64 x kBlockN per warpgroup) -> A-operand register layout of the PV GEMM
-// (k = kBlockN in slabs of 16): the third value mode splits into (2, kBlockN / 16).
-template <class L>
-__device__ __forceinline__ auto acc_to_a_layout(L l) {
-  auto split = logical_divide(get<0, 2>(l), Tile<_2>{});
-  return make_layout(make_layout(get<0, 0>(l), get<0, 1>(l), get<0, 0>(split)), get<1>(l),
-                     coalesce(make_layout(get<0, 1>(split), get<2>(l))));
-}
-
-// Pingpong turn-taking between the consumer warpgroups (named barriers 8, 9 and 10 with three;
-// 0 is __syncthreads, CUTLASS reserves the low ids). Warpgroup w waits for its turn on barrier
-// 8 + w, issues its GEMMs, then hands the turn to the next one, round robin: bar.arrive on the
-// next one's barrier. Each barrier completes when 256 threads have arrived (128 waiting + 128
-// arriving).
-__device__ __forceinline__ void turn_wait(int consumer) {
-  asm volatile("bar.sync %0, 256;\n" ::"r"(8 + consumer) : "memory");
-}
-template <int kConsumers = 2>
-__device__ __forceinline__ void turn_pass(int consumer) {
-  const int next = consumer + 1 == kConsumers ? 0 : consumer + 1;
-  asm volatile("bar.arrive %0, 256;\n" ::"r"(8 + next) : "memory");
-}
-// One consumer warpgroup's own barrier (named barriers 11-13, 128 threads; the backward uses 10
-// for both its consumer warpgroups together).
-__device__ __forceinline__ void wg_sync(int consumer) {
-  asm volatile("bar.sync %0, 128;\n" ::"r"(11 + consumer) : "memory");
-}
-
-// One WGMMA batch: C (+)= A B over the k mode, committed, not waited.
-template <bool kZeroInit, class Mma, class TA, class TB, class TC>
-__device__ __forceinline__ void wg_gemm(Mma& mma, TA const& a, TB const& b, TC& c) {
-  warpgroup_fence_operand(c);
-  warpgroup_arrive();
-  if constexpr (kZeroInit) mma.accumulate_ = GMMA::ScaleOut::Zero;
-  CUTLASS_PRAGMA_UNROLL
-  for (int kb = 0; kb < size<2>(a); ++kb) {
-    cute::gemm(mma, a(_, _, kb), b(_, _, kb), c);
-    mma.accumulate_ = GMMA::ScaleOut::One;
-  }
-  warpgroup_commit_batch();
-  warpgroup_fence_operand(c);
-}
 
 // Query tile t of the persistent schedule -> (m_block, head, batch). Groups of G (sequence, head)
 // pairs are processed one after another (G chosen on the host so their K/V fit in L2); inside a

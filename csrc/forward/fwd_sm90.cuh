@@ -43,8 +43,8 @@ struct FwdTraits : Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_, kMmaWarpGroups_>
   // while this tile's last P.V and epilogue run.
   static constexpr bool kPersistent = kPersistent_;
   // Skip the O rescale when no row max of the warp changed (multiplying by 1 is exact). Measured
-  // (scripts/fwd_ab.py, bench/NOTES.md v4): +4-11% without pingpong (d = 64), -2-4% with it,
-  // where the branch costs more than the multiplies it saves; so the default skips only
+  // (scripts/fwd_ab.py, bench/NOTES.md v4): +1-11% without pingpong (d = 64), -4 to +2% with
+  // it, where the branch costs more than the multiplies it saves; so the default skips only
   // without pingpong and variant 2 does the opposite.
   static constexpr bool kSkipRescale = kSkipRescale_;
   // O = P V: A (P) from registers, B = V read MN-major (V's head dim is contiguous).
@@ -328,7 +328,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     };
     // O *= rescale once P.V is done. Skipped when no row of the warp changed its max: multiplying
     // by 1 is exact, and on long rows the max settles early. (FlashAttention-3's order, the
-    // rescale between the next S GEMM's issue and P.V's, measured 3-10% slower here: v4 in
+    // rescale between the next S GEMM's issue and P.V's, measured 3-15% slower here: v4 in
     // bench/NOTES.md.)
     auto rescale_o = [&]() {
       bool any = !Traits::kSkipRescale;
@@ -521,7 +521,7 @@ void run_forward(const AttnParams& p, int total_q, int total_k) {
   // +5-15% in gproj mode, whose softmax has one more FP32 instruction per score (v4).
   constexpr bool kPingpong = kVariant != 1;
   constexpr bool kSkipRescale = (kVariant == 2) == kPingpong;
-  // Persistent at d = 64 (variant 3 flips it): there it measured +1-7% in gproj mode and -2 to
+  // Persistent at d = 64 (variant 3 flips it): there it measured +3-7% in gproj mode and -4 to
   // +1% in fa3 mode; at d = 128 neutral, at d = 256 -4% (scripts/fwd_ab.py, bench/NOTES.md v4).
   // (Variant 5, three consumer warpgroups, stays non-persistent: the form that was measured.)
   constexpr bool kPersistent =

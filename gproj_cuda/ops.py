@@ -129,21 +129,37 @@ def forward_cuda(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics):
         return (torch.zeros(q.shape, dtype=q.dtype, device=q.device),
                 torch.full(rs, math.inf, dtype=torch.float32, device=q.device), stats)
     q, k, v = _kernel_ready(q), _kernel_ready(k), _kernel_ready(v)
-    shift = None
-    if numerics == "gproj":  # exact: softmax and gradients unchanged
-        flags = torch.empty((cu_k.shape[0] - 1 if varlen else k.shape[0], k.shape[-2]),
-                            dtype=torch.int32, device=k.device)
-        kc, shift = center_keys_cuda(k, cu_k, max_k, flags=flags)
+    if numerics != "gproj":
+        return forward_kernel(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics)
+    # exact centering: softmax and gradients unchanged; K' where the pre-pass wrote it (flag 1),
+    # the user's K elsewhere
+    flags = torch.empty((cu_k.shape[0] - 1 if varlen else k.shape[0], k.shape[-2]),
+                        dtype=torch.int32, device=k.device)
+    kc, shift = center_keys_cuda(k, cu_k, max_k, flags=flags)
+    return forward_kernel(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics,
+                          k_shift=shift, k_centered=kc, center_flags=flags)
+
+
+def forward_kernel(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics, k_shift=None,
+                   k_centered=None, center_flags=None):
+    """The forward kernel alone, on keys prepared by the caller (kernel-ready tensors): gproj
+    needs ``k_shift``; with ``k_centered`` (and optionally the lazy pre-pass's ``center_flags``)
+    it reads K' instead of ``k`` where centered (csrc/common/tile.cuh, reads_centered_keys).
+    Returns (out, lse, stats)."""
+    varlen = cu_q is not None
+    rs = _rowstat_shape(q, varlen, q.shape[-2])
     out = _new(q.shape, q.dtype, q.device)
     lse = _new(rs, torch.float32, q.device)
     stats = _new(rs + (2,), torch.float32, q.device)
     p = _params(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics)
     p.out, p.o_stride = out.data_ptr(), _strides3(out, varlen)
     p.lse, p.stats = lse.data_ptr(), stats.data_ptr()
-    if shift is not None:  # K' where the pre-pass wrote it (flag 1), the user's K elsewhere
-        p.k_shift = shift.data_ptr()
-        p.k_centered, p.kc_stride = kc.data_ptr(), _strides3(kc, varlen)
-        p.k_center_flags = flags.data_ptr()
+    if k_shift is not None:
+        p.k_shift = k_shift.data_ptr()
+    if k_centered is not None:
+        p.k_centered, p.kc_stride = k_centered.data_ptr(), _strides3(k_centered, varlen)
+    if center_flags is not None:
+        p.k_center_flags = center_flags.data_ptr()
     _ext.extension().forward(p)
     return out, lse, stats
 

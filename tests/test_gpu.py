@@ -338,8 +338,7 @@ def test_lazy_key_centering_is_bitwise_the_full_one(d, sm80, monkeypatch):
     """The gproj forward centers lazily: K' is written only for the (sequence, head) pairs with a
     nonzero shift and the kernels read the user's K elsewhere. Output, LSE and softmax state
     must be bitwise those of a forward on fully written K' (dense and varlen, both kernels)."""
-    from gproj_cuda import _ext
-    from gproj_cuda.ops import _params, center_keys_cuda
+    from gproj_cuda.ops import center_keys_cuda, forward_kernel
     if sm80:
         monkeypatch.setenv("GPROJ_FORCE_SM80", "1")
     g = torch.Generator(device=DEV).manual_seed(7 * d)
@@ -361,15 +360,7 @@ def test_lazy_key_centering_is_bitwise_the_full_one(d, sm80, monkeypatch):
         assert torch.equal(flags, want), flags
         # the same forward on K' written everywhere (the pre-pass without flags)
         kc, shift = center_keys_cuda(kk, ck, mk)
-        rs = lse.shape
-        o2 = torch.full_like(out, float("nan"))
-        l2 = torch.full(rs, float("nan"), device=DEV)
-        st2 = torch.full(rs + (2,), float("nan"), device=DEV)
-        p = _params(qq, kc, vv, cq, ck, mq, mk, s, -1, -1, "gproj")
-        st = list(o2.stride())
-        p.out, p.o_stride = o2.data_ptr(), [0, st[0], st[1]] if varlen else st[:3]
-        p.lse, p.stats, p.k_shift = l2.data_ptr(), st2.data_ptr(), shift.data_ptr()
-        _ext.extension().forward(p)
+        o2, l2, st2 = forward_kernel(qq, kc, vv, cq, ck, mq, mk, s, -1, -1, "gproj", k_shift=shift)
         torch.cuda.synchronize()
         assert torch.equal(out, o2) and torch.equal(stats, st2)
         assert torch.equal(lse, l2)

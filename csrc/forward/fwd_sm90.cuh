@@ -331,7 +331,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     // rescale between the next S GEMM's issue and P.V's, measured 3-15% slower here: v4 in
     // bench/NOTES.md.)
     auto rescale_o = [&]() {
-      bool any = !Traits::kSkipRescale;
+      bool any = false;
       CUTLASS_PRAGMA_UNROLL
       for (int r = 0; r < kRows; ++r) any |= rescale[r] != 1.f;
       if (!Traits::kSkipRescale || __any_sync(0xffffffffu, any)) {

@@ -167,14 +167,19 @@ def forward_kernel(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics, k
 def _hopper_backward(q: Tensor, numerics: str, hopper: Optional[bool]) -> bool:
     """Whether the Hopper backward (csrc/backward/bwd_kv_sm90.cuh) runs: the default
     (``hopper=None``) unless GPROJ_HOPPER_BWD=0, where it covers the call so far (head dims 64
-    and 128, sm_90; fa3 numerics in bf16/fp16, gproj in bf16); elsewhere the mma.sync passes run. Its dQ
-    tiles are summed by asynchronous fp32 reduce-adds in varying order: not bitwise
-    reproducible (``deterministic=True`` passes hopper=False)."""
+    and 128, sm_90; fa3 numerics in bf16/fp16, gproj in bf16); elsewhere the mma.sync passes run. In
+    fa3 mode its dQ tiles are summed by asynchronous fp32 reduce-adds in varying order: not bitwise
+    reproducible (``deterministic=True`` passes hopper=False there: ``_reduce_adds_dq``)."""
     if hopper is None:
         hopper = os.environ.get("GPROJ_HOPPER_BWD", "1") != "0"
     covered = numerics == "fa3" or q.dtype == torch.bfloat16
     return (hopper and covered and q.shape[-1] in (64, 128)
             and torch.cuda.get_device_capability(q.device)[0] == 9)
+
+
+def _reduce_adds_dq(numerics: str) -> bool:
+    """Whether the Hopper backward sums dQ by fp32 reduce-adds (order varies between runs)."""
+    return numerics == "fa3" or os.environ.get("GPROJ_BWD_VARIANT") == "4"
 
 
 def backward_cuda(dout, q, k, v, out, stats, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics,
@@ -215,12 +220,15 @@ def backward_cuda(dout, q, k, v, out, stats, cu_q, cu_k, max_q, max_k, scale, wl
         assert dk_accum.stride() == dk.stride()
         p.dk_accum = dk_accum.data_ptr()
     if hopper:
-        # tiled: per head, 64-row tiles, each sequence starting a fresh one (csrc/common/tile.cuh)
-        rows = q.shape[0] if varlen else q.shape[0] * q.shape[1]
-        tiles = (rows + 64 * p.batch + 63) // 64
-        dq_accum = torch.zeros(p.heads * tiles * 64 * p.head_dim, dtype=torch.float32,
-                               device=q.device)
-        p.dq_accum = dq_accum.data_ptr()
+        # fa3 (and gproj variant 4) sum dQ over key tiles in fp32: tiled, per head, 64-row tiles,
+        # each sequence starting a fresh one (csrc/common/tile.cuh). gproj's Q-outer pass writes
+        # dQ itself (csrc/api/variants.h, hopper_bwd_uses_dq_accum).
+        if _reduce_adds_dq(numerics):
+            rows = q.shape[0] if varlen else q.shape[0] * q.shape[1]
+            tiles = (rows + 64 * p.batch + 63) // 64
+            dq_accum = torch.zeros(p.heads * tiles * 64 * p.head_dim, dtype=torch.float32,
+                                   device=q.device)
+            p.dq_accum = dq_accum.data_ptr()
         if numerics == "gproj":
             p.q_centered, p.qc_stride = q_centered.data_ptr(), _strides3(q_centered, varlen)
         p.backward_passes = 8
@@ -285,7 +293,9 @@ def attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tenso
                        softmax_scale: float, window_left: int, window_right: int,
                        numerics: str, deterministic: bool = False) -> tuple[Tensor, Tensor, Tensor]:
     """Attention backward from the forward's out and stats. Returns (dq, dk, dv).
-    ``deterministic=True`` never takes the (opt-in) Hopper backward, whose dQ uses atomics."""
+    ``deterministic=True`` keeps off the Hopper backward where its dQ is summed by reduce-adds
+    in varying order (fa3 mode; gproj's GPROJ_BWD_VARIANT=4); gproj's default Hopper backward
+    has a fixed order and stays on."""
     if q.device.type == "cpu":
         with torch.autocast("cpu", enabled=False):
             return emulate_backward(dout, q, k, v, out, stats, numerics=numerics,
@@ -294,7 +304,7 @@ def attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tenso
                                     cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
     return backward_cuda(dout, q, k, v, out, stats, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                          max_seqlen_k, softmax_scale, window_left, window_right, numerics,
-                         hopper=False if deterministic else None)
+                         hopper=False if deterministic and _reduce_adds_dq(numerics) else None)
 
 
 @attention_backward.register_fake

@@ -164,12 +164,14 @@ def test_deterministic_bitwise():
         assert torch.equal(x, y)
 
 
-@pytest.mark.parametrize("numerics", ["gproj", "fa3"])
-def test_deterministic_true_keeps_the_atomic_backward_off(numerics, monkeypatch):
-    """GPROJ_HOPPER_BWD=1 (dQ by fp32 reduce-adds) and deterministic=True: the deterministic passes
-    run, bitwise equal across runs and to the passes without the switch."""
+@pytest.mark.parametrize("numerics,variant", [("gproj", "4"), ("fa3", "0")])
+def test_deterministic_true_keeps_the_atomic_backward_off(numerics, variant, monkeypatch):
+    """The Hopper backwards that sum dQ by fp32 reduce-adds (fa3 mode, gproj's variant 4) and
+    deterministic=True: the deterministic passes run, bitwise equal across runs and to the passes
+    without the switch."""
     g = torch.Generator(device=DEV).manual_seed(10)
     q, k, v, do = (rand(2, 1000, 4, 128, g=g).requires_grad_() for _ in range(4))
+    monkeypatch.setenv("GPROJ_BWD_VARIANT", variant)
     def grads():
         o = gproj_cuda.attention(q, k, v, causal=True, numerics=numerics, deterministic=True)
         return torch.autograd.grad(o, (q, k, v), do)
@@ -179,6 +181,28 @@ def test_deterministic_true_keeps_the_atomic_backward_off(numerics, monkeypatch)
     for _ in range(2):
         for x, y in zip(grads(), base):
             assert torch.equal(x, y)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_hopper_gproj_backward_is_bitwise_reproducible(d, monkeypatch):
+    """gproj's Hopper backward sums every gradient in a fixed order (dQ in its Q-outer pass, dK
+    and dV over a GQA group inside one block): repeated runs agree bit for bit, so
+    deterministic=True keeps it."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("needs a Hopper GPU")
+    g = torch.Generator(device=DEV).manual_seed(12)
+    q, do = rand(2, 1000, 4, d, g=g), rand(2, 1000, 4, d, g=g)
+    k, v = rand(2, 1000, 2, d, g=g) + 3, rand(2, 1000, 2, d, g=g)
+    monkeypatch.setenv("GPROJ_HOPPER_BWD", "1")
+    a = run_kernels(q, k, v, do, causal=True)
+    b = run_kernels(q, k, v, do, causal=True)
+    for x, y in zip(a, b):
+        assert torch.equal(x, y)
+    qr, kr, vr = (t.clone().requires_grad_() for t in (q, k, v))
+    o = gproj_cuda.attention(qr, kr, vr, causal=True, deterministic=True)
+    got = torch.autograd.grad(o, (qr, kr, vr), do)
+    for x, y in zip(got, (a[2], a[3], a[4])):  # deterministic=True takes the same kernels
+        assert torch.equal(x, y)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -430,11 +454,11 @@ def test_hopper_lambda_prepass_matches_dq_pass(dtype, d, causal):
                          ids=["full", "causal", "window"])
 @pytest.mark.parametrize("shape", [(2, 257, 300, 4, 2), (1, 1000, 1000, 2, 2), (3, 64, 17, 8, 1)],
                          ids=["gqa", "square", "mqa"])
-@pytest.mark.parametrize("variant", ["0", "3"], ids=["default", "three-parts"])
+@pytest.mark.parametrize("variant", ["0", "3", "4"], ids=["default", "three-parts", "dq-in-kv"])
 @pytest.mark.parametrize("d", [64, 128])
 def test_hopper_kv_backward(numerics, dtype, causal, window, shape, variant, d, monkeypatch):
-    """The Hopper backward (csrc/backward/bwd_kv_sm90.cuh, d=64/128; GPROJ_BWD_VARIANT 0, 3)
-    against the float64 reference (within 1.5x the emulator's error) and the mma.sync passes."""
+    """The Hopper backward (csrc/backward/bwd_kv_sm90.cuh, bwd_lambda_sm90.cuh, d=64/128;
+    GPROJ_BWD_VARIANT 0, 3, 4) against the float64 reference (within 1.5x the emulator's error) and the mma.sync passes."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("needs a Hopper GPU")
     monkeypatch.setenv("GPROJ_BWD_VARIANT", variant)
@@ -469,7 +493,7 @@ def test_hopper_kv_backward_varlen(numerics, d, monkeypatch):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("variant", ["0", "3"], ids=["default", "three-parts"])
+@pytest.mark.parametrize("variant", ["0", "3", "4"], ids=["default", "three-parts", "dq-in-kv"])
 @pytest.mark.parametrize("d", [64, 128])
 def test_hopper_backward_gproj_bars_stress_points(causal, variant, d, monkeypatch):
     """The SPEC section 5 bars on the stress points (large key/query means, sharp rows) through

@@ -15,6 +15,7 @@
 
 #include "../common/cuda_check.h"
 #include "launch.h"
+#include "variants.h"
 
 namespace gproj {
 
@@ -208,7 +209,7 @@ int run_backward(const AttnParams& p, char* err, size_t err_len) {
     require_ptr(p.dout, "dout");
     require_strides(p.do_stride, "dout", varlen);
     if ((p.backward_passes < 1 || p.backward_passes > 4) && p.backward_passes != 8) fail("backward_passes %d: expected 1 (dQ), 2 (dK/dV), 3 (both), 4 (the Hopper λ pre-pass alone) or 8 (the Hopper KV-outer backward)", p.backward_passes);
-    if (p.backward_passes == 8) {  // experimental (bwd_kv_sm90.cuh): delta, KV-outer pass, dQ finish
+    if (p.backward_passes == 8) {  // the Hopper backward (tile_configs.cuh, hopper_backward)
       if (p.numerics == int(Numerics::kGProj)) {
         if (p.dtype != int(DType::kBF16)) fail("backward_passes 8 (Hopper backward) with gproj numerics: bf16 only so far (fp16 takes the mma.sync passes)");
         require_ptr(p.q_centered, "q_centered (Q - q_shift)");
@@ -217,7 +218,7 @@ int run_backward(const AttnParams& p, char* err, size_t err_len) {
       if (p.head_dim != 64 && p.head_dim != 128) fail("backward_passes 8 (Hopper backward): head_dim %d, only 64 and 128 so far", p.head_dim);
       if (device_arch(p.device) < 90) fail("backward_passes 8 (Hopper KV-outer backward) needs sm_90 (Hopper)");
       if (p.partial) fail("backward_passes 8 (Hopper KV-outer backward) has no partial mode");
-      require_ptr(p.dq_accum, "dq_accum (fp32, zero-filled, heads x dq_accum_tiles x 64 x head_dim: csrc/common/tile.cuh)");
+      if (hopper_bwd_uses_dq_accum(p)) require_ptr(p.dq_accum, "dq_accum (fp32, zero-filled, heads x dq_accum_tiles x 64 x head_dim: csrc/common/tile.cuh)");
     }  // (out, dq, dk, dv and their strides: checked below as for passes 1 and 2)
     if (p.backward_passes == 4) {  // experimental: writes rowstate only (bwd_lambda_sm90.cuh)
       if (p.numerics != int(Numerics::kGProj)) fail("backward_passes 4 (λ pre-pass) needs gproj numerics");

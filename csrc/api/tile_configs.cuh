@@ -14,6 +14,7 @@
 #include "../forward/fwd_sm90.cuh"
 #include "../prepost/bwd_prepost.cuh"
 #include "../prepost/center_keys.cuh"
+#include "variants.h"
 
 namespace gproj {
 
@@ -37,39 +38,30 @@ inline void launch(Kernel kernel, dim3 grid, int threads, int smem, const AttnPa
 
 inline unsigned ceil_div(int a, int b) { return unsigned((a + b - 1) / b); }
 
-// GPROJ_FORCE_SM80=1 runs the mma.sync kernels on Hopper too (the oracle for the sm90 ones).
-inline bool force_sm80() {
-  const char* v = std::getenv("GPROJ_FORCE_SM80");
-  return v != nullptr && v[0] == '1';
-}
-
-// GPROJ_FWD_VARIANT=1..5: experimental sm90 forward variants for A/B measurements
-// (fwd_sm90.cuh, run_forward: no pingpong, O-rescale skipping flipped, persistence flipped,
-// kBlockN 176, three consumer warpgroups); 0 or unset: the default.
-// Built with GPROJ_FWD_VARIANTS=OFF (GPROJ_NO_FWD_VARIANTS) only the default exists.
-inline int fwd_variant() {
-#ifdef GPROJ_NO_FWD_VARIANTS
-  return 0;
-#else
-  const char* v = std::getenv("GPROJ_FWD_VARIANT");
-  return (v != nullptr && v[0] >= '1' && v[0] <= '5' && v[1] == '\0') ? v[0] - '0' : 0;
-#endif
-}
-
-// GPROJ_BWD_VARIANT=3 for A/B runs of the Hopper backward (bwd_kv_sm90.cuh): gproj's A in three
-// rounded parts, the mma.sync passes' form. 0 or unset: two parts (kTwoParts, measured faster and
-// within every bar; fa3 mode has no parts and ignores it).
-inline int bwd_variant() {
-  const char* v = std::getenv("GPROJ_BWD_VARIANT");
-  return (v != nullptr && v[0] == '3' && v[1] == '\0') ? 3 : 0;
-}
-
-template <typename T, int D, bool kGProj>
-void hopper_kv_pass(const AttnParams& p) {
-  if (kGProj && bwd_variant() != 3) {
-    sm90::run_bwd_kv<T, D, kGProj, kGProj>(p, p.total_q, p.total_k);
-  } else {
-    sm90::run_bwd_kv<T, D, kGProj, false>(p, p.total_q, p.total_k);
+template <typename T, int D>
+void hopper_backward(const AttnParams& p) {
+  if (p.numerics != int(Numerics::kGProj)) {
+    launch_delta<T, D>(p);
+    sm90::run_bwd_kv<T, D, false>(p, p.total_q, p.total_k);
+    launch_dq_finish<T, D>(p);
+    return;
+  }
+  if constexpr (std::is_same<T, bf16>::value) {  // (fp16 gproj: the mma.sync passes)
+    switch (bwd_variant()) {
+      case 3:
+        sm90::run_lambda_prepass<T, D, true>(p, p.total_q, p.total_k);  // delta, lambda, dQ
+        sm90::run_bwd_kv<T, D, true, false>(p, p.total_q, p.total_k);
+        return;
+      case 4:
+        sm90::run_lambda_prepass<T, D, false>(p, p.total_q, p.total_k);  // delta, lambda
+        sm90::run_bwd_kv<T, D, true, true, true>(p, p.total_q, p.total_k);
+        launch_dq_finish<T, D>(p);
+        return;
+      default:
+        sm90::run_lambda_prepass<T, D, true>(p, p.total_q, p.total_k);
+        sm90::run_bwd_kv<T, D, true, true>(p, p.total_q, p.total_k);
+        return;
+    }
   }
 }
 
@@ -130,19 +122,7 @@ void backward_impl(const AttnParams& p) {
     return;
   }
   if (p.backward_passes == 8) {  // the Hopper backward (d = 64, 128; run_backward validates)
-    if constexpr (D == 64 || D == 128) {
-      if (p.numerics == int(Numerics::kGProj)) {
-        if constexpr (std::is_same<T, bf16>::value) {
-          sm90::run_lambda_prepass<T, D>(p, p.total_q, p.total_k);  // delta, lambda
-          hopper_kv_pass<T, D, true>(p);
-          launch_dq_finish<T, D>(p);  // lambda is in dq_accum already
-        }
-      } else {
-        launch_delta<T, D>(p);
-        hopper_kv_pass<T, D, false>(p);
-        launch_dq_finish<T, D>(p);
-      }
-    }
+    if constexpr (D == 64 || D == 128) hopper_backward<T, D>(p);
     return;
   }
   if (p.numerics == int(Numerics::kGProj)) {

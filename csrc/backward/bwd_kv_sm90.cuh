@@ -15,16 +15,19 @@
 //   dq_accum += dQ                          bulk reduce-add of each warpgroup's half from shared
 //                                           memory (order varies: not deterministic)
 // fa3: 5 GEMM-equivalents per (query tile, key tile), as FlashAttention-3.
-// gproj (SPEC section 3, the arithmetic of the mma.sync passes and reference.py): delta and
-// lambda = r / s (fp64 row sums of exactly the rounded dS~, P~ the GEMMs consume) come from the λ
-// pre-pass (bwd_lambda_sm90.cuh, 2 GEMM-equivalents); here A = dS~ - lambda P~ in fp32 (lambda as
-// hi + lo), split into two rounded parts (GPROJ_BWD_VARIANT=3: three, the mma.sync form),
-// dK += part^T Q' against the centered queries Q' = Q - c_q (loaded by TMA beside Q), plus
-// c_q (x) colsum(A) per head (fp32 per tile, fp64 across tiles); dQ += dS~ K - lambda_hi P~ K per
-// key tile, combined in fp32 registers (two GEMMs: never re-rounded through dS~ - lambda P~).
-// S, dP, dV, 2 x dK, 2 x dQ: 7 GEMM-equivalents, 9 with the pre-pass (three parts: 8 and 10).
-// dK and dV of a key are summed over the whole group inside one block (no atomics); dQ is rounded
-// once by dq_finish_kernel. fa3's delta comes from delta_kernel (bwd_prepost.cuh).
+// gproj (SPEC section 3, the arithmetic of the mma.sync passes and reference.py): delta, lambda
+// = r / s (fp64 row sums of exactly the rounded dS~, P~ the GEMMs consume) and dQ come from the
+// Q-outer pass (bwd_lambda_sm90.cuh: S, dP, dS~ K', P~ K', 4 GEMM-equivalents); here A = dS~ -
+// lambda P~ in fp32 (lambda as hi + lo), split into two rounded parts (GPROJ_BWD_VARIANT=3: three,
+// the mma.sync form), dK += part^T Q' against the centered queries Q' = Q - c_q (loaded by TMA
+// beside Q), plus c_q (x) colsum(A) per head (fp32 per tile, fp64 across tiles). S, dP, dV,
+// 2 x dK: 5 GEMM-equivalents, 9 in all (three parts: 6 and 10). With no dQ here every GEMM
+// operand of this pass is in registers or loaded by TMA: the two warpgroups share nothing but the
+// Q ring and take turns at the tensor cores (pingpong) instead of meeting at a barrier per tile.
+// GPROJ_BWD_VARIANT=4 keeps the previous gproj design for A/B runs: a λ-only pre-pass, and dQ
+// here as dS~ K - lambda_hi P~ K per key tile (two GEMMs, combined in fp32 registers).
+// dK and dV of a key are summed over the whole group inside one block (no atomics); fa3's dQ is
+// rounded once by dq_finish_kernel, its delta comes from delta_kernel (bwd_prepost.cuh).
 #pragma once
 
 #include "../backward/bwd_common.cuh"
@@ -34,16 +37,19 @@
 namespace gproj {
 namespace sm90 {
 
-template <typename T_, int kHeadDim_, bool kGProj_, bool kTwoParts_ = false>
+template <typename T_, int kHeadDim_, bool kGProj_, bool kTwoParts_ = false, bool kDqHere_ = !kGProj_>
 struct BwdKvTraits {
   using T = T_;
   static constexpr bool kGProj = kGProj_;
+  // dQ in this pass (fa3; gproj variant 4) or in gproj's Q-outer pass (the gproj default).
+  static constexpr bool kDqHere = kDqHere_;
   // gproj's default: A in two rounded parts for dK ("2a" in bench/NOTES.md: the CPU emulator and
   // the H200 grid meet every bar with it, worst Σ_j dK_j 1.4e-6 / 1.6e-6); one dK GEMM and a third
   // of the split fewer than three parts (GPROJ_BWD_VARIANT=3), +5-10% measured.
   static constexpr bool kTwoParts = kTwoParts_;
   using Element = typename CuteElement<T_>::type;
-  static constexpr int kHeadDim = kHeadDim_, kBlockN = 128, kBlockM = 64, kStages = 2;
+  // With no dS~ / dQ buffers the shared memory holds a third Q / dO / Q' stage.
+  static constexpr int kHeadDim = kHeadDim_, kBlockN = 128, kBlockM = 64, kStages = kDqHere ? 2 : 3;
   static constexpr int kNumMmaThreads = 256, kNumThreads = kNumMmaThreads + 128;
   using HD = Int<kHeadDim>;
   using BM = Int<kBlockM>;
@@ -89,29 +95,40 @@ struct BwdKvTraits {
   using TmaQ = TmaLoad<Element, decltype(take<0, 2>(SmemLayoutQ{})), Shape<BM, HD>>;
   using TmaK = TmaLoad<Element, SmemLayoutK, Shape<BN, HD>>;
 
-  // gproj: 224 KB of tiles (K, V, Q, dO, Q' 32 KB each, dS~ and P~ 16 KB, dQ 32 KB) + 2.5 KB of
-  // row state: the struct (1024-aligned) is 227 KB, the most a block may have. fa3: 194 KB.
-  struct GProjTiles {
+  // gproj variant 4: 224 KB of tiles (K, V, Q, dO, Q' 32 KB each, dS~ and P~ 16 KB, dQ 32 KB) +
+  // 2.5 KB of row state: the struct (1024-aligned) is 227 KB, the most a block may have. fa3:
+  // 194 KB. gproj: K, V 64 KB + three stages of Q, dO, Q' 144 KB + 5 KB of row state.
+  struct NoTiles {};
+  struct DqTiles {
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutDS>, 1024> ds;
+    // this tile's dQ (fp32, each warpgroup's half in accumulator order: see dq_accum_offset),
+    // read by the bulk reduce-add into dq_accum
+    cute::array_aligned<float, kBlockM * kHeadDim, 1024> dq;
+  };
+  struct QcTiles {
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> qc;
+  };
+  struct QcPtTiles {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> qc;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutDS>, 1024> pt;
   };
-  struct NoTiles {};
-  using ExtraTiles = std::conditional_t<kGProj, GProjTiles, NoTiles>;
+  using DqStorage = std::conditional_t<kDqHere, DqTiles, NoTiles>;
+  using ExtraTiles =
+      std::conditional_t<kGProj, std::conditional_t<kDqHere, QcPtTiles, QcTiles>, NoTiles>;
+  // Row state per query tile (double buffered): one copy both warpgroups read where they meet
+  // every tile anyway (kDqHere), else one per warpgroup, so that neither waits for the other.
+  static constexpr int kRowCopies = kDqHere ? 1 : 2;
   struct SharedStorage {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> v;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> dout;
-    cute::array_aligned<Element, cute::cosize_v<SmemLayoutDS>, 1024> ds;
-    // this tile's dQ (fp32, each warpgroup's half in accumulator order: see dq_accum_offset),
-    // read by the bulk reduce-add into dq_accum
-    cute::array_aligned<float, kBlockM * kHeadDim, 1024> dq;
-    ExtraTiles extra;  // gproj: Q' stages and P~ buffers
-    // Row state per query tile (double buffered): fa3 {lse2, delta, -, -}; gproj {m, log2 l,
-    // delta, lambda hi} and lambda lo.
-    float2 row_st[2][kBlockM];  // {raw score max, log2 row sum} (the forward's stats)
-    float2 row_dl[2][kBlockM];  // {delta, lambda hi} (rowstate)
-    float row_lo[2][kGProj ? kBlockM : 1];  // lambda lo (rowstate)
+    DqStorage dq_tiles;  // kDqHere: dS~ (dQ's A operand) and this tile's dQ
+    ExtraTiles extra;    // gproj: Q' stages (and, kDqHere, P~ buffers)
+    // fa3 {lse2, delta, -, -}; gproj {m, log2 l, delta, lambda hi} and lambda lo.
+    float2 row_st[kRowCopies][2][kBlockM];  // {raw score max, log2 row sum} (the forward's stats)
+    float2 row_dl[kRowCopies][2][kBlockM];  // {delta, lambda hi} (rowstate)
+    float row_lo[kRowCopies][2][kGProj ? kBlockM : 1];  // lambda lo (rowstate)
     alignas(16) cutlass::arch::ClusterTransactionBarrier barrier_kv;
     alignas(16) typename Pipeline::SharedStorage pipe_q;
   };
@@ -203,13 +220,16 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), typename Traits::SmemLayoutQ{});
   Tensor sDO = make_tensor(make_smem_ptr(ss.dout.data()), typename Traits::SmemLayoutQ{});
   Element* qc_ptr = nullptr;  // gproj only (fa3 builds the views but never uses them)
-  Element* pt_ptr = nullptr;
-  if constexpr (kGProj) qc_ptr = ss.extra.qc.data(), pt_ptr = ss.extra.pt.data();
+  Element* pt_ptr = nullptr;  // gproj with kDqHere only
+  Element* ds_ptr = nullptr;  // kDqHere only
+  if constexpr (kGProj) qc_ptr = ss.extra.qc.data();
+  if constexpr (kGProj && Traits::kDqHere) pt_ptr = ss.extra.pt.data();
+  if constexpr (Traits::kDqHere) ds_ptr = ss.dq_tiles.ds.data();
   Tensor sQc = make_tensor(make_smem_ptr(qc_ptr), typename Traits::SmemLayoutQ{});
   Tensor sQt = make_tensor(make_smem_ptr(ss.q.data()), typename Traits::SmemLayoutQt{});
   Tensor sQct = make_tensor(make_smem_ptr(qc_ptr), typename Traits::SmemLayoutQt{});
   Tensor sDOt = make_tensor(make_smem_ptr(ss.dout.data()), typename Traits::SmemLayoutQt{});
-  Tensor sDS = make_tensor(make_smem_ptr(ss.ds.data()), typename Traits::SmemLayoutDS{});
+  Tensor sDS = make_tensor(make_smem_ptr(ds_ptr), typename Traits::SmemLayoutDS{});
   Tensor sPT = make_tensor(make_smem_ptr(pt_ptr), typename Traits::SmemLayoutDS{});
   const int bq = p.cu_seqlens_q ? 0 : b;
 
@@ -272,8 +292,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   // instead of 16 scalar stores with their swizzled addresses.
   auto r2s = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_sdp);
   auto r2s_thr = r2s.get_thread_slice(tid);
-  Tensor tRSsDS = r2s_thr.partition_D(
-      make_tensor(make_smem_ptr(ss.ds.data()), typename Traits::SmemLayoutDSt{}));
+  Tensor tRSsDS = r2s_thr.partition_D(make_tensor(make_smem_ptr(ds_ptr), typename Traits::SmemLayoutDSt{}));
   Tensor tRSsPT = r2s_thr.partition_D(make_tensor(make_smem_ptr(pt_ptr), typename Traits::SmemLayoutDSt{}));
 
   auto shape_s = Shape<Int<kBlockN>, Int<kBlockM>>{};  // (keys, queries)
@@ -295,24 +314,39 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   for (int r = 0; r < kRows; ++r) colsum[r] = 0.0;
 
   // Softmax state, delta (and lambda) of item `it`'s query rows into ss.row_st / dl / lo[it & 1] by
-  // cp.async, issued a tile ahead and waited for just before the tile barrier that publishes
-  // them, so the load latency hides behind the tile's work and holds no registers. The first
-  // warp of each consumer warpgroup takes 32 of the 64 rows. Rows past the end are zero-filled
-  // (finite); the mask pass zeroes their P.
-  const int row_slot = (tid & 31) + 32 * (tid >> 7);  // this lane's row (first warps only)
+  // cp.async, issued a tile ahead and waited for just before the barrier that publishes them
+  // (consumers_sync where the warpgroups meet every tile, else the warpgroup's own), so the load
+  // latency hides behind the tile's work and holds no registers. The first warp of each consumer
+  // warpgroup takes 32 of the 64 rows of the shared copy, or all 64 of its own. Rows past the end
+  // are zero-filled (finite); the mask pass zeroes their P.
+  const int w = wg - 1;  // this consumer warpgroup
+  constexpr int kRowsPerLane = Traits::kRowCopies == 1 ? 1 : 2;
+  const int row_copy = Traits::kRowCopies == 1 ? 0 : w;
   const bool row_lane = (tid & 127) < 32;
   auto fetch_rows = [&](int it) {
     if (row_lane && it < n_items) {
       const int h = item_head(it), mb = item_tile(it);
-      const int i = mb * kBlockM + row_slot;
-      const bool ok = i < seq.nq;
-      const int64_t idx = ok ? rowstat_index(p, b, h, seq.q_start + i) : 0;
-      const float* rs = reinterpret_cast<const float*>(p.rowstate) + 4 * idx;
-      cp_async_zfill(&ss.row_st[it & 1][row_slot], reinterpret_cast<const float2*>(p.stats) + idx, ok);
-      cp_async_zfill(&ss.row_dl[it & 1][row_slot], reinterpret_cast<const float2*>(rs), ok);
-      if constexpr (kGProj) cp_async_zfill(&ss.row_lo[it & 1][row_slot], rs + 2, ok);
+      CUTLASS_PRAGMA_UNROLL
+      for (int k = 0; k < kRowsPerLane; ++k) {
+        const int slot = (tid & 31) + 32 * (kRowsPerLane == 1 ? w : k);
+        const int i = mb * kBlockM + slot;
+        const bool ok = i < seq.nq;
+        const int64_t idx = ok ? rowstat_index(p, b, h, seq.q_start + i) : 0;
+        const float* rs = reinterpret_cast<const float*>(p.rowstate) + 4 * idx;
+        cp_async_zfill(&ss.row_st[row_copy][it & 1][slot], reinterpret_cast<const float2*>(p.stats) + idx, ok);
+        cp_async_zfill(&ss.row_dl[row_copy][it & 1][slot], reinterpret_cast<const float2*>(rs), ok);
+        if constexpr (kGProj) cp_async_zfill(&ss.row_lo[row_copy][it & 1][slot], rs + 2, ok);
+      }
     }
     cute::cp_async_fence();
+  };
+  // The barrier that publishes the fetched rows (and, kDqHere, the dS~ tiles).
+  auto rows_sync = [&]() {
+    if constexpr (Traits::kDqHere) {
+      consumers_sync();
+    } else {
+      wg_sync(w);
+    }
   };
   // fp32 accumulator -> rounded 16-bit register tensor, two values per conversion instruction
   // (adjacent accumulator values are one lane's column pair).
@@ -325,19 +359,27 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   if (n_items > 0) {
     fetch_rows(0);
     cute::cp_async_wait<0>();
-    consumers_sync();
+    rows_sync();
     ss.barrier_kv.wait(0);
+    // Without dQ here (gproj) the warpgroups take turns issuing S and dP (the forward's pingpong
+    // barriers), so one's elementwise work runs under the other's GEMMs; consumer 0 goes first.
+    if constexpr (!Traits::kDqHere) {
+      if (w == 1) turn_pass(w);
+    }
     PipelineState rd, rd_prev;
     for (int it = 0; it < n_items; ++it) {
       const int h = item_head(it), mb = item_tile(it);
       const int i0 = mb * kBlockM;
-      const float2* row_st = ss.row_st[it & 1];
-      const float2* row_dl = ss.row_dl[it & 1];
+      const float2* row_st = ss.row_st[row_copy][it & 1];
+      const float2* row_dl = ss.row_dl[row_copy][it & 1];
+      const float* row_lo = ss.row_lo[row_copy][it & 1];
       Tensor tSrS = partition_fragment_C(mma_sdp, shape_s);
       Tensor tSrDP = partition_fragment_C(mma_sdp, shape_s);
       pipe_q.consumer_wait(rd);
+      if constexpr (!Traits::kDqHere) turn_wait(w);
       wg_gemm<true>(mma_sdp, tSrK, tSrQ(_, _, _, rd.index()), tSrS);
       wg_gemm<true>(mma_sdp, tSrV, tSrDO(_, _, _, rd.index()), tSrDP);
+      if constexpr (!Traits::kDqHere) turn_pass(w);
       fetch_rows(it + 1);  // landed before, and published by, this tile's consumers_sync below
       warpgroup_wait<0>();  // S, dP, and the previous tile's dK: its Q/dO stage is free now
       if (it > 0) pipe_q.consumer_release(rd_prev);
@@ -379,8 +421,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       to_element(tSrS, tOrP);
       to_element(tSrDP, tOrDS);
       const int ds_stage = it % Traits::kDsStages;
-      copy(r2s, r2s_thr.retile_S(tOrDS), tRSsDS(_, _, _, ds_stage));
-      if constexpr (kGProj) copy(r2s, r2s_thr.retile_S(tOrP), tRSsPT(_, _, _, ds_stage));
+      if constexpr (Traits::kDqHere) copy(r2s, r2s_thr.retile_S(tOrDS), tRSsDS(_, _, _, ds_stage));
+      if constexpr (kGProj && Traits::kDqHere) copy(r2s, r2s_thr.retile_S(tOrP), tRSsPT(_, _, _, ds_stage));
       wg_gemm<false>(mma_kv, make_tensor(tOrP.data(), acc_to_a_layout(tSrS.layout())),
                      tKVrDOt(_, _, _, rd.index()), tdVrdV);  // dV += P~^T dO
 
@@ -403,7 +445,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         CUTLASS_PRAGMA_UNROLL
         for (int j = 0; j < size<1>(p_rc); ++j) {
           const int qi = get<1>(c_rc(0, j));
-          const float lam_hi = row_dl[qi].y, lam_lo = ss.row_lo[it & 1][qi];
+          const float lam_hi = row_dl[qi].y, lam_lo = row_lo[qi];
           CUTLASS_PRAGMA_UNROLL
           for (int r = 0; r < kRows; ++r) {
             const float pt = static_cast<float>(p_rc(r, j));
@@ -429,42 +471,46 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
                          tKVrQct(_, _, _, rd.index()), tdKrdK);
         wg_gemm<false>(mma_kv, make_tensor(tAlo.data(), acc_to_a_layout(tSrS.layout())),
                        tKVrQct(_, _, _, rd.index()), tdKrdK);
-        // read before the barrier: after it, a faster warpgroup may refill row_dl[it & 1]
-        lam_dq[0] = row_dl[get<0>(tdQcdQ(0))].y;
-        lam_dq[1] = row_dl[get<0>(tdQcdQ(2))].y;
-        // the A parts' registers must be free before dQ's two accumulators exist (240 registers;
-        // without this wait ptxas serializes every WGMMA of the loop, C7511)
+        if constexpr (Traits::kDqHere) {
+          // read before the barrier: after it, a faster warpgroup may refill row_dl[it & 1]
+          lam_dq[0] = row_dl[get<0>(tdQcdQ(0))].y;
+          lam_dq[1] = row_dl[get<0>(tdQcdQ(2))].y;
+        }
+        // the A parts' registers must be free before dQ's two accumulators exist, or (no dQ
+        // here) before the next tile's S and dP accumulators (240 registers; without this wait
+        // ptxas serializes every WGMMA of the loop, C7511)
         warpgroup_wait<0>();
       }
 
       cute::cp_async_wait<0>();  // the next tile's rows have landed
-      cutlass::arch::fence_view_async_shared();  // stmatrix writes -> WGMMA reads
-      consumers_sync();
-      Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});
-      Tensor tdQrPK = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});  // gproj
-      wg_gemm<true>(mma_dq, tDQrDS(_, _, _, ds_stage), tDQrKt, tdQrdQ);
-      if constexpr (kGProj) {
-        wg_gemm<true>(mma_dq, tDQrPT(_, _, _, ds_stage), tDQrKt, tdQrPK);
-        warpgroup_wait<0>();
-        consumers_sync();  // both warpgroups' dQ GEMMs have read the single dS~ / P~ buffer
+      if constexpr (!Traits::kDqHere) {
+        rows_sync();  // publishes them (this warpgroup's copy)
       } else {
-        // dK += dS~^T Q after dQ, so that the dQ atomics below run while dK is on the tensor
-        // cores (wait for dV and dQ only; dK is waited for with the next tile's S and dP)
-        wg_gemm<false>(mma_kv, make_tensor(tOrDS.data(), acc_to_a_layout(tSrDP.layout())),
-                       tKVrQt(_, _, _, rd.index()), tdKrdK);
-        warpgroup_wait<1>();
-      }
-      rd_prev = rd;
-      ++rd;
+        cutlass::arch::fence_view_async_shared();  // stmatrix writes -> WGMMA reads
+        consumers_sync();
+        Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});
+        Tensor tdQrPK = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});  // gproj
+        wg_gemm<true>(mma_dq, tDQrDS(_, _, _, ds_stage), tDQrKt, tdQrdQ);
+        if constexpr (kGProj) {
+          wg_gemm<true>(mma_dq, tDQrPT(_, _, _, ds_stage), tDQrKt, tdQrPK);
+          warpgroup_wait<0>();
+          consumers_sync();  // both warpgroups' dQ GEMMs have read the single dS~ / P~ buffer
+        } else {
+          // dK += dS~^T Q after dQ, so that the dQ atomics below run while dK is on the tensor
+          // cores (wait for dV and dQ only; dK is waited for with the next tile's S and dP)
+          wg_gemm<false>(mma_kv, make_tensor(tOrDS.data(), acc_to_a_layout(tSrDP.layout())),
+                         tKVrQt(_, _, _, rd.index()), tdKrdK);
+          warpgroup_wait<1>();
+        }
 
-      // dq_accum += dS~ K (gproj: dS~ K - lambda_hi P~ K, this key tile's share; unscaled). Each
-      // warpgroup writes its 64 x 64 half to shared memory in accumulator order (float4 per
-      // lane, consecutive lanes consecutive 16 bytes: no bank conflicts), and one lane adds it
-      // to the tile's slot of dq_accum with one bulk reduce-add (the copy engine does the 16 KB
-      // of fp32 adds in L2, asynchronously; per-element atomics stalled the warps, NOTES.md).
-      {
-        const int w = wg - 1, lane128 = tid & 127;
-        float* sdq = ss.dq.data() + w * (kBlockM * kHeadDim / 2);
+        // dq_accum += dS~ K (gproj: dS~ K - lambda_hi P~ K, this key tile's share; unscaled).
+        // Each warpgroup writes its 64 x 64 half to shared memory in accumulator order (float4
+        // per lane, consecutive lanes consecutive 16 bytes: no bank conflicts), and one lane adds
+        // it to the tile's slot of dq_accum with one bulk reduce-add (the copy engine does the
+        // 16 KB of fp32 adds in L2, asynchronously; per-element atomics stalled the warps,
+        // NOTES.md).
+        const int lane128 = tid & 127;
+        float* sdq = ss.dq_tiles.dq.data() + w * (kBlockM * kHeadDim / 2);
         if (lane128 == 0) cute::tma_store_wait<0>();  // the previous tile's reduce has read sdq
         wg_sync(w);
         CUTLASS_PRAGMA_UNROLL
@@ -488,6 +534,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
           cute::tma_store_arrive();  // commit the bulk group
         }
       }
+      rd_prev = rd;
+      ++rd;
 
       if constexpr (kGProj) {
         if (it % tiles_per_head == tiles_per_head - 1) {  // the head's last tile: rank-one
@@ -506,6 +554,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       }
     }
     warpgroup_wait<0>();  // the last dK
+    if constexpr (!Traits::kDqHere) {
+      if (w == 0) turn_wait(w);  // consumer 1's last pass
+    }
     if ((tid & 127) == 0) cute::tma_store_wait<0>();  // shared memory outlives the last reduce
   }
 
@@ -530,9 +581,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 #endif
 }
 
-template <typename T, int kHeadDim, bool kGProj, bool kTwoParts = false>
+template <typename T, int kHeadDim, bool kGProj, bool kTwoParts = false, bool kDqHere = !kGProj>
 void run_bwd_kv(const AttnParams& p, int total_q, int total_k) {
-  using Traits = BwdKvTraits<T, kHeadDim, kGProj, kTwoParts>;
+  using Traits = BwdKvTraits<T, kHeadDim, kGProj, kTwoParts, kDqHere>;
   const bool varlen = p.cu_seqlens_q != 0;
   BwdKvParams<Traits> prm;
   set_tma_extents(prm, p, total_q, total_k);

@@ -1,16 +1,26 @@
-// GProj's λ pre-pass for Hopper (sm_90a): the first kernel of the gproj Hopper backward
-// (backward_passes = 8: this, then bwd_kv_sm90.cuh); backward_passes = 4 runs it alone so a test
-// can compare its rowstate with the mma.sync dQ pass's.
+// GProj's Q-outer pass for Hopper (sm_90a): the first kernel of the gproj Hopper backward
+// (backward_passes = 8: this, then the KV-outer pass of bwd_kv_sm90.cuh for dK and dV);
+// backward_passes = 4 runs its λ part alone so a test can compare its rowstate with the mma.sync
+// dQ pass's.
 //
 // Per query row i: delta_i = Σ_d dO_id O_id, and over every visible key j the row sums of exactly
-// the rounded values the gradient GEMMs will consume, r_i = Σ_j bf16(dS_ij), s_i = Σ_j bf16(P_ij)
+// the rounded values the gradient GEMMs consume, r_i = Σ_j bf16(dS_ij), s_i = Σ_j bf16(P_ij)
 // (fp32 within a key tile, fp64 across tiles: see bwd_dq_kernel.cuh for why), then
 // lambda = r / s as two fp32 parts. Writes rowstate = {delta, lambda hi, lambda lo, 0}.
+// With kDq (the full backward) it also finishes dQ, SPEC section 3 exactly:
+//   dQ_i = alpha [ (dS~ K')_i - lambda_i (P~ K')_i ]
+// both products accumulated over every key tile in fp32 WGMMA registers and combined once at the
+// end, when lambda is known. Doing dQ here, where a block owns its query rows, needs no dQ
+// accumulator in global memory, no reduce-adds and no finishing kernel, and it leaves the
+// KV-outer pass with register operands only (no dS~ through shared memory), so that pass's two
+// warpgroups no longer wait for each other every tile. Its order is fixed: bitwise reproducible.
 //
 // Block = producer warpgroup (TMA: Q and dO once, K and V per key tile through two mbarrier
 // pipelines) + two consumer warpgroups (64 query rows each) taking turns at the tensor cores
 // (pingpong): S = Q K^T and dP = dO V^T by WGMMA with both operands in shared memory, then P, dS
-// and the row sums in registers. Two of the gproj backward's 9 GEMM-equivalents; no output GEMM.
+// and the row sums in registers; with kDq, dS~ K' and P~ K' by WGMMA with P~, dS~ straight from
+// registers (K' read transposed from the same shared tile). 2 (λ only) or 4 of the gproj
+// backward's 9 GEMM-equivalents.
 #pragma once
 
 #include "../backward/bwd_common.cuh"
@@ -20,15 +30,29 @@
 namespace gproj {
 namespace sm90 {
 
-template <typename T_, int kHeadDim_, int kBlockN_>
-struct LambdaTraits : Sm90Tiles<T_, kHeadDim_, kBlockN_, 2> {
-  using Base = Sm90Tiles<T_, kHeadDim_, kBlockN_, 2>;
+template <typename T_, int kHeadDim_, int kBlockN_, int kStages_, bool kDq_>
+struct LambdaTraits : Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_> {
+  using Base = Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_>;
   using typename Base::Element;
   using typename Base::SmemLayoutK;
   using typename Base::SmemLayoutQ;
   using typename Base::Pipeline;
+  using typename Base::AtomLayout;
   static constexpr int kBlockM = Base::kBlockM;
+  static constexpr bool kDq = kDq_;
+  // dQ's GEMMs consume the rounded P~ and dS~ as they are: the operand type must be the one the
+  // row sums were taken in (bf16; fp16 gproj keeps the mma.sync passes).
+  static_assert(!kDq || std::is_same<T_, bf16>::value, "the Hopper gproj dQ is bf16 only");
   using TiledMma = typename Base::TiledMmaQK;  // S = Q K^T and dP = dO V^T
+  // dS~ K' and P~ K': A from registers (the S accumulator's layout), B = K' read MN-major.
+  using TiledMmaDq = decltype(make_tiled_mma(
+      GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim_>, Int<kBlockN_>>,
+                           GMMA::Major::K, GMMA::Major::MN>(),
+      AtomLayout{}));
+  // K'^T as dQ's GEMMs see it: the same bytes as K's layout, indexed (head dim, key, stage).
+  using SmemLayoutKt = decltype(composition(
+      SmemLayoutK{}, make_ordered_layout(Shape<Int<kHeadDim_>, Int<kBlockN_>, Int<kStages_>>{},
+                                         Step<_2, _1, _3>{})));
 
   struct SharedStorage {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
@@ -173,6 +197,20 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   Tensor c_rc = make_tensor(tScS.data(), acc_rowcol(tScS.layout()));
   constexpr int kRows = decltype(size<0>(s_rc))::value;
 
+  // kDq: the two dQ accumulators (this warpgroup's 64 rows x head dim, fp32)
+  typename Traits::TiledMmaDq mma_dq;
+  auto thr_dq = mma_dq.get_thread_slice(tid);
+  Tensor sKt = make_tensor(make_smem_ptr(ss.k.data()), typename Traits::SmemLayoutKt{});
+  Tensor tDQrKt = thr_dq.partition_fragment_B(sKt);
+  auto shape_dq = Shape<Int<kBlockM>, Int<kHeadDim>>{};
+  Tensor tDQrDS = partition_fragment_C(mma_dq, shape_dq);  // Σ_j dS~ K'
+  Tensor tDQrPK = partition_fragment_C(mma_dq, shape_dq);  // Σ_j P~ K'
+  Tensor tDQcDQ = thr_dq.partition_C(make_identity_tensor(shape_dq));
+  if constexpr (Traits::kDq) {
+    clear(tDQrDS);
+    clear(tDQrPK);
+  }
+
   RowSoftmax rsm[kRows];
   float delta[kRows];
   double r_sum[kRows], s_sum[kRows];
@@ -201,9 +239,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       wg_gemm<true>(mma, tSrDO, tSrV(_, _, _, rd.index()), tSrDP);
       turn_pass(consumer);
       warpgroup_wait<0>();
-      pipe_k.consumer_release(rd);
+      if constexpr (!Traits::kDq) pipe_k.consumer_release(rd);  // (kDq: K' is dQ's B operand)
       pipe_v.consumer_release(rd);
-      ++rd;
       // P in place, one branch-free pass; entries the mask hides zeroed only on tiles it cuts
       const int n0 = nb * kBlockN;
       CUTLASS_PRAGMA_UNROLL
@@ -217,17 +254,56 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
           for (int j = 0; j < size<1>(s_rc); ++j)
             if (!mask.visible(m0 + get<0>(c_rc(r, j)), n0 + get<1>(c_rc(r, j)))) s_rc(r, j) = 0.f;
       }
-      CUTLASS_PRAGMA_UNROLL
-      for (int r = 0; r < kRows; ++r) {
-        float rt = 0.f, st = 0.f;  // this tile's sums, fp32
+      if constexpr (Traits::kDq) {
+        // dS = P (dP - delta) in place, both rounded once into A-operand registers; the row sums
+        // are taken over exactly those 16-bit values (fp32 within the tile).
         CUTLASS_PRAGMA_UNROLL
-        for (int j = 0; j < size<1>(s_rc); ++j) {
-          rt += round_to<TG>(s_rc(r, j) * (dp_rc(r, j) - delta[r]));
-          st += round_to<TG>(s_rc(r, j));
+        for (int r = 0; r < kRows; ++r)
+          CUTLASS_PRAGMA_UNROLL
+          for (int j = 0; j < size<1>(dp_rc); ++j) dp_rc(r, j) = s_rc(r, j) * (dp_rc(r, j) - delta[r]);
+        Tensor tOrP = make_tensor_like<Element>(tSrS);
+        Tensor tOrDS = make_tensor_like<Element>(tSrDP);
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < size(tSrS); i += 2) {  // a lane's column pairs: one conversion each
+          reinterpret_cast<uint32_t*>(tOrP.data())[i / 2] = pack2<T>(tSrS(i), tSrS(i + 1));
+          reinterpret_cast<uint32_t*>(tOrDS.data())[i / 2] = pack2<T>(tSrDP(i), tSrDP(i + 1));
         }
-        r_sum[r] += double(rt);
-        s_sum[r] += double(st);
+        Tensor p_rc = make_tensor(tOrP.data(), acc_rowcol(tSrS.layout()));
+        Tensor ds_rc = make_tensor(tOrDS.data(), acc_rowcol(tSrDP.layout()));
+        CUTLASS_PRAGMA_UNROLL
+        for (int r = 0; r < kRows; ++r) {
+          float rt = 0.f, st = 0.f;
+          CUTLASS_PRAGMA_UNROLL
+          for (int j = 0; j < size<1>(p_rc); ++j) {
+            rt += static_cast<float>(ds_rc(r, j));
+            st += static_cast<float>(p_rc(r, j));
+          }
+          r_sum[r] += double(rt);
+          s_sum[r] += double(st);
+        }
+        wg_gemm<false>(mma_dq, make_tensor(tOrDS.data(), acc_to_a_layout(tSrDP.layout())),
+                       tDQrKt(_, _, _, rd.index()), tDQrDS);
+        wg_gemm<false>(mma_dq, make_tensor(tOrP.data(), acc_to_a_layout(tSrS.layout())),
+                       tDQrKt(_, _, _, rd.index()), tDQrPK);
+        // Waited here, not under the next tile's S and dP: with both in flight the A operands
+        // and the S / dP accumulators would need more than 240 registers at d = 128. The other
+        // warpgroup's GEMMs keep the tensor cores busy meanwhile.
+        warpgroup_wait<0>();
+        pipe_k.consumer_release(rd);
+      } else {
+        CUTLASS_PRAGMA_UNROLL
+        for (int r = 0; r < kRows; ++r) {
+          float rt = 0.f, st = 0.f;  // this tile's sums, fp32
+          CUTLASS_PRAGMA_UNROLL
+          for (int j = 0; j < size<1>(s_rc); ++j) {
+            rt += round_to<TG>(s_rc(r, j) * (dp_rc(r, j) - delta[r]));
+            st += round_to<TG>(s_rc(r, j));
+          }
+          r_sum[r] += double(rt);
+          s_sum[r] += double(st);
+        }
       }
+      ++rd;
     }
     if (consumer == 0) turn_wait(consumer);
   }
@@ -242,18 +318,44 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       const int64_t idx = rowstat_index(p, b, h, seq.q_start + m0 + row);
       reinterpret_cast<float4*>(p.rowstate)[idx] = make_float4(delta[r], lam, lam_lo, 0.f);
     }
+    if constexpr (Traits::kDq) {
+      // dQ = alpha (dS~ K' - lambda_hi P~ K'), one rounding (lambda_lo would move dQ by 2^-24 of
+      // the correction); rows past the end dropped. The S and dQ accumulators share row order.
+      Tensor ds_rc = make_tensor(tDQrDS.data(), acc_rowcol(tDQrDS.layout()));
+      Tensor pk_rc = make_tensor(tDQrPK.data(), acc_rowcol(tDQrPK.layout()));
+      Tensor cdq_rc = make_tensor(tDQcDQ.data(), acc_rowcol(tDQcDQ.layout()));
+      if (m0 + row < m_end) {
+        const int64_t qrow = seq.q_start + m0 + row;
+        T* gdq = reinterpret_cast<T*>(p.dq) + b * p.dq_stride[0] + qrow * p.dq_stride[1] +
+                 h * p.dq_stride[2];
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < size<1>(ds_rc); j += 2) {
+          const float x0 = __fsub_rn(ds_rc(r, j), __fmul_rn(lam, pk_rc(r, j)));
+          const float x1 = __fsub_rn(ds_rc(r, j + 1), __fmul_rn(lam, pk_rc(r, j + 1)));
+          *reinterpret_cast<uint32_t*>(gdq + get<1>(cdq_rc(r, j))) =
+              pack2<T>(p.softmax_scale * x0, p.softmax_scale * x1);
+        }
+      }
+    }
   }
 #endif
 }
 
-template <int kHeadDim> struct LambdaTiles;
-template <> struct LambdaTiles<64> { static constexpr int kBlockN = 128; };
-template <> struct LambdaTiles<128> { static constexpr int kBlockN = 128; };
-template <> struct LambdaTiles<256> { static constexpr int kBlockN = 32; };  // 192 KB of smem
+// Key tile and K/V ring depth of the λ-only pass and of the λ + dQ pass. With dQ, 64-key tiles:
+// at d = 128 the two dQ accumulators (128 registers) and S, dP (32 + 32) then fit in 240; at
+// d = 64, 128-key tiles spilled 140 bytes (S, dP, P~, dS~ and dQ: 256 registers at the peak).
+template <int kHeadDim, bool kDq> struct LambdaTiles;
+template <> struct LambdaTiles<64, false> { static constexpr int kBlockN = 128, kStages = 2; };
+template <> struct LambdaTiles<64, true> { static constexpr int kBlockN = 64, kStages = 3; };
+template <> struct LambdaTiles<128, false> { static constexpr int kBlockN = 128, kStages = 2; };
+template <> struct LambdaTiles<128, true> { static constexpr int kBlockN = 64, kStages = 3; };
+template <bool kDq> struct LambdaTiles<256, kDq> { static constexpr int kBlockN = 32, kStages = 2; };  // 192 KB of smem
 
-template <typename T, int kHeadDim>
+// kDq: the λ pre-pass alone (rowstate) or, in the full backward, λ and dQ (rowstate and p.dq).
+template <typename T, int kHeadDim, bool kDq = false>
 void run_lambda_prepass(const AttnParams& p, int total_q, int total_k) {
-  using Traits = LambdaTraits<T, kHeadDim, LambdaTiles<kHeadDim>::kBlockN>;
+  using Tiles = LambdaTiles<kHeadDim, kDq>;
+  using Traits = LambdaTraits<T, kHeadDim, Tiles::kBlockN, Tiles::kStages, kDq>;
   const bool varlen = p.cu_seqlens_q != 0;
   LambdaKernelParams<Traits> prm;
   set_tma_extents(prm, p, total_q, total_k);
@@ -265,7 +367,8 @@ void run_lambda_prepass(const AttnParams& p, int total_q, int total_k) {
   const int smem = Traits::kSmemBytes;
   const dim3 grid((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.heads, p.batch);
   if (grid.x == 0) return;
-  launch_sm90(kernel, grid, Traits::kNumThreads, smem, prm, p, "lambda pre-pass (sm90)");
+  launch_sm90(kernel, grid, Traits::kNumThreads, smem, prm, p,
+              kDq ? "lambda and dQ pass (sm90)" : "lambda pre-pass (sm90)");
 }
 
 }  // namespace sm90

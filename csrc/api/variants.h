@@ -1,0 +1,43 @@
+// The environment switches that pick a kernel variant (A/B measurements, oracle runs), shared by
+// the dispatch (tile_configs.cuh) and the validation (launch.cu).
+#pragma once
+#include <cstdlib>
+
+#include "params.h"
+
+namespace gproj {
+
+// GPROJ_FORCE_SM80=1 runs the mma.sync kernels on Hopper too (the oracle for the sm90 ones).
+inline bool force_sm80() {
+  const char* v = std::getenv("GPROJ_FORCE_SM80");
+  return v != nullptr && v[0] == '1';
+}
+
+// GPROJ_FWD_VARIANT=1..5: experimental sm90 forward variants for A/B measurements
+// (fwd_sm90.cuh, run_forward: no pingpong, O-rescale skipping flipped, persistence flipped,
+// kBlockN 176, three consumer warpgroups); 0 or unset: the default.
+// Built with GPROJ_FWD_VARIANTS=OFF (GPROJ_NO_FWD_VARIANTS) only the default exists.
+inline int fwd_variant() {
+#ifdef GPROJ_NO_FWD_VARIANTS
+  return 0;
+#else
+  const char* v = std::getenv("GPROJ_FWD_VARIANT");
+  return (v != nullptr && v[0] >= '1' && v[0] <= '5' && v[1] == '\0') ? v[0] - '0' : 0;
+#endif
+}
+
+// GPROJ_BWD_VARIANT for A/B runs of the gproj Hopper backward (fa3 mode has no variants):
+//   0 or unset: the λ + dQ Q-outer pass, then the KV-outer pass with A in two rounded parts;
+//   3: the same with A in three parts, the mma.sync passes' form;
+//   4: the previous design: a λ-only pre-pass, dQ in the KV-outer pass (dq_accum, dq_finish).
+inline int bwd_variant() {
+  const char* v = std::getenv("GPROJ_BWD_VARIANT");
+  return (v != nullptr && (v[0] == '3' || v[0] == '4') && v[1] == '\0') ? v[0] - '0' : 0;
+}
+
+// Whether the Hopper backward (backward_passes = 8) sums dQ in p.dq_accum.
+inline bool hopper_bwd_uses_dq_accum(const AttnParams& p) {
+  return p.numerics != int(Numerics::kGProj) || bwd_variant() == 4;
+}
+
+}  // namespace gproj

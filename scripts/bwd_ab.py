@@ -1,0 +1,82 @@
+"""Backward A/B with little noise: cuDNN's backward, fa3 mode and gproj's backward variants
+(GPROJ_BWD_VARIANT, read at every call), interleaved call by call in one process so that drift
+hits every candidate alike. Prints the median time of each and its ratio to cuDNN's time
+(gproj's bar: <= 1.6x), then, with KERNELS=1, each candidate's time per kernel (torch profiler).
+Usage: python scripts/bwd_ab.py VARIANTS [d,N[,causal] ...]   e.g.  0,4  128,2048 64,16384,causal"""
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+from _timing import Case
+
+from gproj_cuda.ops import backward_cuda, forward_cuda
+
+
+def candidates(c, variants):
+    n, s, wr = c.n, c.scale, c.window_right
+    q, k, v = c.q, c.k, c.v
+    do = torch.randn_like(q)
+    qt, kt, vt = (x.transpose(1, 2).detach().requires_grad_() for x in (q, k, v))
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.CUDNN_ATTENTION):
+        ot = F.scaled_dot_product_attention(qt, kt, vt, is_causal=c.causal)
+    dot = do.transpose(1, 2)
+    cands = [("cudnn", None, lambda: torch.autograd.grad(ot, (qt, kt, vt), dot, retain_graph=True))]
+    for m in ("fa3", "gproj"):
+        out, _, st = forward_cuda(q, k, v, None, None, n, n, s, -1, wr, m)
+        for var in (["0"] if m == "fa3" else variants):
+            cands.append((f"{m} v{var}", var, lambda m=m, out=out, st=st: backward_cuda(
+                do, q, k, v, out, st, None, None, n, n, s, -1, wr, m, hopper=True)))
+    return cands
+
+
+def main():
+    variants = sys.argv[1].split(",") if len(sys.argv) > 1 else ["0"]
+    shapes = sys.argv[2:] or ["64,2048", "64,16384", "128,2048", "128,2048,causal", "128,16384",
+                              "128,16384,causal"]
+    reps = int(os.environ.get("AB_REPS", "15"))
+    names = ["fa3 v0"] + [f"gproj v{v}" for v in variants]
+    print(f"{'d':>4} {'N':>6} {'causal':>6} | {'cuDNN ms':>8} | " +
+          " ".join(f"{x:>15}" for x in names) + "   (time, then cuDNN time / time)")
+    for a in shapes:
+        c = Case.parse(a)
+        cands = candidates(c, variants)
+        times = {name: [] for name, _, _ in cands}
+        for r in range(reps + 2):
+            evs = []
+            for name, var, fn in cands:  # queued back to back: the CPU stays ahead of the GPU
+                os.environ["GPROJ_BWD_VARIANT"] = var or "0"
+                a_ev, b_ev = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a_ev.record()
+                fn()
+                b_ev.record()
+                evs.append((name, a_ev, b_ev))
+            torch.cuda.synchronize()
+            if r >= 2:  # two warm-up rounds
+                for name, a_ev, b_ev in evs:
+                    times[name].append(a_ev.elapsed_time(b_ev))
+        med = {k_: sorted(t)[len(t) // 2] for k_, t in times.items()}
+        base = med["cudnn"]
+        print(f"{c.d:4d} {c.n:6d} {str(c.causal):>6} | {base:8.3f} | " +
+              " ".join(f"{med[name]:7.3f} {base / med[name]:5.3f}x" for name, _, _ in cands[1:]),
+              flush=True)
+        if os.environ.get("KERNELS") == "1":
+            for name, var, fn in cands:
+                os.environ["GPROJ_BWD_VARIANT"] = var or "0"
+                fn()
+                torch.cuda.synchronize()
+                with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                    for _ in range(5):
+                        fn()
+                    torch.cuda.synchronize()
+                per = {}
+                for e in prof.events():
+                    if e.device_type == torch.autograd.DeviceType.CUDA:
+                        per[e.name] = per.get(e.name, 0.0) + e.device_time / 5 / 1000
+                top = sorted(per.items(), key=lambda kv: -kv[1])[:6]
+                print(f"    {name:10s} " + "; ".join(f"{kn[:48]} {ms:.3f}" for kn, ms in top))
+    os.environ["GPROJ_BWD_VARIANT"] = "0"
+
+
+if __name__ == "__main__":
+    main()

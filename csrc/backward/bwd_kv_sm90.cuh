@@ -126,9 +126,10 @@ struct BwdKvTraits {
     DqStorage dq_tiles;  // kDqHere: dS~ (dQ's A operand) and this tile's dQ
     ExtraTiles extra;    // gproj: Q' stages (and, kDqHere, P~ buffers)
     // fa3 {lse2, delta, -, -}; gproj {m, log2 l, delta, lambda hi} and lambda lo.
-    float2 row_st[kRowCopies][2][kBlockM];  // {raw score max, log2 row sum} (the forward's stats)
-    float2 row_dl[kRowCopies][2][kBlockM];  // {delta, lambda hi} (rowstate)
-    float row_lo[kRowCopies][2][kGProj ? kBlockM : 1];  // lambda lo (rowstate)
+    // (16-byte aligned: a lane reads two adjacent queries' state at once)
+    alignas(16) float2 row_st[kRowCopies][2][kBlockM];  // {raw score max, log2 row sum} (stats)
+    alignas(16) float2 row_dl[kRowCopies][2][kBlockM];  // {delta, lambda hi} (rowstate)
+    alignas(16) float row_lo[kRowCopies][2][kGProj ? kBlockM : 2];  // lambda lo (rowstate)
     alignas(16) cutlass::arch::ClusterTransactionBarrier barrier_kv;
     alignas(16) typename Pipeline::SharedStorage pipe_q;
   };
@@ -388,16 +389,22 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       // entries the mask hides are zeroed in a second pass, only on tiles the mask cuts.
       Tensor s_rc = make_tensor(tSrS.data(), acc_rowcol(tSrS.layout()));
       Tensor dp_rc = make_tensor(tSrDP.data(), acc_rowcol(tSrDP.layout()));
+      // Columns j, j + 1 (j even) are the adjacent queries qi, qi + 1 (a lane's column pair), so
+      // their row state is one 16-byte shared load.
       CUTLASS_PRAGMA_UNROLL
-      for (int j = 0; j < size<1>(s_rc); ++j) {
-        const float2 st = row_st[get<1>(c_rc(0, j))];
-        const float lse2 = load_row_softmax(st, c).lse2;  // fa3: FA3's stored form
+      for (int j = 0; j < size<1>(s_rc); j += 2) {
+        const float4 st2 = *reinterpret_cast<const float4*>(&row_st[get<1>(c_rc(0, j))]);
         CUTLASS_PRAGMA_UNROLL
-        for (int r = 0; r < kRows; ++r) {
-          if constexpr (kGProj) {  // exp2(fma(s - m, c, -log2 l)): the exact-max P
-            s_rc(r, j) = exp2_approx(fmaf(s_rc(r, j) - st.x, c, -st.y));
-          } else {  // FA3: exp2(fma(s, c, -lse2))
-            s_rc(r, j) = exp2_approx(fmaf(s_rc(r, j), c, -lse2));
+        for (int jj = 0; jj < 2; ++jj) {
+          const float2 st = jj == 0 ? make_float2(st2.x, st2.y) : make_float2(st2.z, st2.w);
+          const float lse2 = load_row_softmax(st, c).lse2;  // fa3: FA3's stored form
+          CUTLASS_PRAGMA_UNROLL
+          for (int r = 0; r < kRows; ++r) {
+            if constexpr (kGProj) {  // exp2(fma(s - m, c, -log2 l)): the exact-max P
+              s_rc(r, j + jj) = exp2_approx(fmaf(s_rc(r, j + jj) - st.x, c, -st.y));
+            } else {  // FA3: exp2(fma(s, c, -lse2))
+              s_rc(r, j + jj) = exp2_approx(fmaf(s_rc(r, j + jj), c, -lse2));
+            }
           }
         }
       }
@@ -411,10 +418,13 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       // dS^T = P^T (dP^T - delta) in place; then both rounded once to 16 bits: P~ (dV's A
       // operand) and dS~ (dK's A operand and, through shared memory, dQ's).
       CUTLASS_PRAGMA_UNROLL
-      for (int j = 0; j < size<1>(dp_rc); ++j) {
-        const float delta = row_dl[get<1>(c_rc(0, j))].x;
+      for (int j = 0; j < size<1>(dp_rc); j += 2) {
+        const float4 dl2 = *reinterpret_cast<const float4*>(&row_dl[get<1>(c_rc(0, j))]);
         CUTLASS_PRAGMA_UNROLL
-        for (int r = 0; r < kRows; ++r) dp_rc(r, j) = s_rc(r, j) * (dp_rc(r, j) - delta);
+        for (int r = 0; r < kRows; ++r) {
+          dp_rc(r, j) = s_rc(r, j) * (dp_rc(r, j) - dl2.x);
+          dp_rc(r, j + 1) = s_rc(r, j + 1) * (dp_rc(r, j + 1) - dl2.z);
+        }
       }
       Tensor tOrP = make_tensor_like<Element>(tSrS);
       Tensor tOrDS = make_tensor_like<Element>(tSrDP);
@@ -442,24 +452,35 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         float tile_sum[kRows];
         CUTLASS_PRAGMA_UNROLL
         for (int r = 0; r < kRows; ++r) tile_sum[r] = 0.f;
+        // A lane's column pair at a time: the row state of queries qi, qi + 1 in two shared
+        // loads, and each part rounded as a pair (one conversion for two values).
+        auto pair = [](auto& t, int r, int j) -> uint32_t& {
+          return *reinterpret_cast<uint32_t*>(&t(r, j));  // (r, j), (r, j + 1): one register
+        };
         CUTLASS_PRAGMA_UNROLL
-        for (int j = 0; j < size<1>(p_rc); ++j) {
+        for (int j = 0; j < size<1>(p_rc); j += 2) {
           const int qi = get<1>(c_rc(0, j));
-          const float lam_hi = row_dl[qi].y, lam_lo = row_lo[qi];
+          const float4 dl2 = *reinterpret_cast<const float4*>(&row_dl[qi]);
+          const float2 lo2 = *reinterpret_cast<const float2*>(&row_lo[qi]);
           CUTLASS_PRAGMA_UNROLL
           for (int r = 0; r < kRows; ++r) {
-            const float pt = static_cast<float>(p_rc(r, j));
-            const float a = fmaf(-lam_lo, pt, fmaf(-lam_hi, pt, static_cast<float>(ds_rc(r, j))));
-            const float hi = round_to<T>(a), r1 = a - hi;
-            hi_rc(r, j) = static_cast<Element>(hi);
+            const float2 pt = unpack2<T>(pair(p_rc, r, j)), ds = unpack2<T>(pair(ds_rc, r, j));
+            const float a0 = fmaf(-lo2.x, pt.x, fmaf(-dl2.y, pt.x, ds.x));
+            const float a1 = fmaf(-lo2.y, pt.y, fmaf(-dl2.w, pt.y, ds.y));
+            const uint32_t hi = pack2<T>(a0, a1);
+            const float2 hf = unpack2<T>(hi);
+            const float r0 = a0 - hf.x, r1 = a1 - hf.y;
+            pair(hi_rc, r, j) = hi;
             if constexpr (Traits::kTwoParts) {
-              lo_rc(r, j) = static_cast<Element>(r1);
+              pair(lo_rc, r, j) = pack2<T>(r0, r1);
             } else {
-              const float mid = round_to<T>(r1);
-              mid_rc(r, j) = static_cast<Element>(mid);
-              lo_rc(r, j) = static_cast<Element>(r1 - mid);
+              const uint32_t mid = pack2<T>(r0, r1);
+              const float2 mf = unpack2<T>(mid);
+              pair(mid_rc, r, j) = mid;
+              pair(lo_rc, r, j) = pack2<T>(r0 - mf.x, r1 - mf.y);
             }
-            tile_sum[r] += a;
+            tile_sum[r] += a0;
+            tile_sum[r] += a1;
           }
         }
         CUTLASS_PRAGMA_UNROLL

@@ -2,6 +2,9 @@
 (GPROJ_BWD_VARIANT, read at every call), interleaved call by call in one process so that drift
 hits every candidate alike. Prints the median time of each and its ratio to cuDNN's time
 (gproj's bar: <= 1.6x), then, with KERNELS=1, each candidate's time per kernel (torch profiler).
+cuDNN's time here reads 10-40% above bench/speed.py's for the same shape (measured 2026-11-29:
+1.76 vs 1.43 ms at d=128 N=2k), interleaved with our calls; so compare our candidates with each
+other here, and take ratios to cuDNN from speed.py.
 Usage: python scripts/bwd_ab.py VARIANTS [d,N[,causal] ...]   e.g.  0,4  128,2048 64,16384,causal"""
 import os
 import sys
@@ -17,11 +20,17 @@ def candidates(c, variants):
     n, s, wr = c.n, c.scale, c.window_right
     q, k, v = c.q, c.k, c.v
     do = torch.randn_like(q)
-    qt, kt, vt = (x.transpose(1, 2).detach().requires_grad_() for x in (q, k, v))
+    # cuDNN's backward as bench/speed.py times it: leaves in (B, N, H, d), SDPA on transposed
+    # views, out.backward(do) (torch.autograd.grad on transposed leaves cost ~0.3 ms more per call)
+    ql, kl, vl = (x.detach().requires_grad_() for x in (q, k, v))
     with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.CUDNN_ATTENTION):
-        ot = F.scaled_dot_product_attention(qt, kt, vt, is_causal=c.causal)
-    dot = do.transpose(1, 2)
-    cands = [("cudnn", None, lambda: torch.autograd.grad(ot, (qt, kt, vt), dot, retain_graph=True))]
+        ot = F.scaled_dot_product_attention(ql.transpose(1, 2), kl.transpose(1, 2),
+                                            vl.transpose(1, 2), is_causal=c.causal).transpose(1, 2)
+
+    def cudnn_bwd():
+        ql.grad = kl.grad = vl.grad = None
+        ot.backward(do, retain_graph=True)
+    cands = [("cudnn", None, cudnn_bwd)]
     for m in ("fa3", "gproj"):
         out, _, st = forward_cuda(q, k, v, None, None, n, n, s, -1, wr, m)
         for var in (["0"] if m == "fa3" else variants):

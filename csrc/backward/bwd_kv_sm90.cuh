@@ -48,7 +48,8 @@ struct BwdKvTraits {
   // of the split fewer than three parts (GPROJ_BWD_VARIANT=3), +5-10% measured.
   static constexpr bool kTwoParts = kTwoParts_;
   using Element = typename CuteElement<T_>::type;
-  // With no dS~ / dQ buffers the shared memory holds a third Q / dO / Q' stage.
+  // With no dS~ / dQ buffers the shared memory holds a third Q / dO / Q' stage (two measured the
+  // same, within 2%: NOTES.md session 6).
   static constexpr int kHeadDim = kHeadDim_, kBlockN = 128, kBlockM = 64, kStages = kDqHere ? 2 : 3;
   static constexpr int kNumMmaThreads = 256, kNumThreads = kNumMmaThreads + 128;
   using HD = Int<kHeadDim>;

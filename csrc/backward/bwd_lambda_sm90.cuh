@@ -42,7 +42,8 @@ struct LambdaTraits : Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_> {
   static constexpr bool kDq = kDq_;
   // kDq: leave a tile's two dQ GEMMs in flight under the next tile's S and dP (waited for with
   // them) instead of waiting right after issuing them. Needs P~, dS~ of one tile and S, dP of the
-  // next in registers at once: room at d = 64 only.
+  // next in registers at once. Measured (scripts/bwd_ab.py, NOTES.md session 6): on at d = 64
+  // (+1%); on at d = 128 it fits too (4 bytes of spill, as without) but cost 9-10%.
   static constexpr bool kOverlapDq = kDq_ && kHeadDim_ == 64;
   // dQ's GEMMs consume the rounded P~ and dS~ as they are: the operand type must be the one the
   // row sums were taken in (bf16; fp16 gproj keeps the mma.sync passes).

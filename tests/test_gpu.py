@@ -454,11 +454,12 @@ def test_hopper_lambda_prepass_matches_dq_pass(dtype, d, causal):
                          ids=["full", "causal", "window"])
 @pytest.mark.parametrize("shape", [(2, 257, 300, 4, 2), (1, 1000, 1000, 2, 2), (3, 64, 17, 8, 1)],
                          ids=["gqa", "square", "mqa"])
-@pytest.mark.parametrize("variant", ["0", "3", "4"], ids=["default", "three-parts", "dq-in-kv"])
+@pytest.mark.parametrize("variant", ["0", "3", "4", "5"],
+                         ids=["default", "three-parts", "dq-in-kv", "kv-2wg"])
 @pytest.mark.parametrize("d", [64, 128])
 def test_hopper_kv_backward(numerics, dtype, causal, window, shape, variant, d, monkeypatch):
     """The Hopper backward (csrc/backward/bwd_kv_sm90.cuh, bwd_lambda_sm90.cuh, d=64/128;
-    GPROJ_BWD_VARIANT 0, 3, 4) against the float64 reference (within 1.5x the emulator's error) and the mma.sync passes."""
+    GPROJ_BWD_VARIANT 0, 3, 4, 5) against the float64 reference (within 1.5x the emulator's error) and the mma.sync passes."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("needs a Hopper GPU")
     monkeypatch.setenv("GPROJ_BWD_VARIANT", variant)
@@ -493,7 +494,8 @@ def test_hopper_kv_backward_varlen(numerics, d, monkeypatch):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("variant", ["0", "3", "4"], ids=["default", "three-parts", "dq-in-kv"])
+@pytest.mark.parametrize("variant", ["0", "3", "4", "5"],
+                         ids=["default", "three-parts", "dq-in-kv", "kv-2wg"])
 @pytest.mark.parametrize("d", [64, 128])
 def test_hopper_backward_gproj_bars_stress_points(causal, variant, d, monkeypatch):
     """The SPEC section 5 bars on the stress points (large key/query means, sharp rows) through

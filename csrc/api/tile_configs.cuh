@@ -47,19 +47,26 @@ void hopper_backward(const AttnParams& p) {
     return;
   }
   if constexpr (std::is_same<T, bf16>::value) {  // (fp16 gproj: the mma.sync passes)
+    // The KV-outer pass: three consumer warpgroups at d = 64 (192-key blocks; measured 1-5%
+    // faster than two, NOTES.md session 6), two at d = 128.
+    constexpr int kKvWGs = D == 64 ? 3 : 2;
     switch (bwd_variant()) {
       case 3:
         sm90::run_lambda_prepass<T, D, true>(p, p.total_q, p.total_k);  // delta, lambda, dQ
-        sm90::run_bwd_kv<T, D, true, false>(p, p.total_q, p.total_k);
+        sm90::run_bwd_kv<T, D, true, false, false, kKvWGs>(p, p.total_q, p.total_k);
         return;
       case 4:
         sm90::run_lambda_prepass<T, D, false>(p, p.total_q, p.total_k);  // delta, lambda
         sm90::run_bwd_kv<T, D, true, true, true>(p, p.total_q, p.total_k);
         launch_dq_finish<T, D>(p);
         return;
+      case 5:
+        sm90::run_lambda_prepass<T, D, true>(p, p.total_q, p.total_k);
+        sm90::run_bwd_kv<T, D, true, true, false, 2>(p, p.total_q, p.total_k);
+        return;
       default:
         sm90::run_lambda_prepass<T, D, true>(p, p.total_q, p.total_k);
-        sm90::run_bwd_kv<T, D, true, true>(p, p.total_q, p.total_k);
+        sm90::run_bwd_kv<T, D, true, true, false, kKvWGs>(p, p.total_q, p.total_k);
         return;
     }
   }

@@ -1,12 +1,14 @@
 // The Hopper (sm_90a) KV-outer backward pass: TMA + WGMMA, warp-specialized (issue 7).
 // The default backward where it covers the call: head dims 64 and 128, fa3 numerics (bf16, fp16)
-// and gproj (bf16); backward_passes = 8 in the C API, GPROJ_HOPPER_BWD=0 / deterministic=True in
-// Python take the mma.sync passes instead (as does everything this does not cover).
+// and gproj (bf16); backward_passes = 8 in the C API, GPROJ_HOPPER_BWD=0 (and deterministic=True
+// in fa3 mode) in Python take the mma.sync passes instead (as does everything this does not
+// cover).
 //
-// One block = 128 keys of one (sequence, kv head). K and V stay in shared memory; the block walks
-// every query head of its GQA group and every 64-row query tile that sees its keys, and a
-// producer warpgroup streams Q and dO tiles by TMA through a 2-stage mbarrier ring. Two consumer
-// warpgroups own 64 keys each. Per query tile (transposed, rows are keys):
+// One block = 128 keys of one (sequence, kv head) (gproj at d = 64: 192). K and V stay in shared
+// memory; the block walks every query head of its GQA group and every 64-row query tile that sees
+// its keys, and a producer warpgroup streams Q and dO (gproj: and Q') tiles by TMA through a 2-
+// (gproj: 3-) stage mbarrier ring. Two consumer warpgroups (gproj at d = 64: three, with 160
+// registers each) own 64 keys each. Per query tile (transposed, rows are keys):
 //   S^T  = K Q^T, dP^T = V dO^T            WGMMA, both operands in shared memory
 //   P^T from the saved softmax state, dS^T = P^T (dP^T - delta)          registers, fp32
 //   dV  += P~^T dO,  dK += dS~^T Q          WGMMA, A (P~, dS~) straight from registers
@@ -37,12 +39,20 @@
 namespace gproj {
 namespace sm90 {
 
-template <typename T_, int kHeadDim_, bool kGProj_, bool kTwoParts_ = false, bool kDqHere_ = !kGProj_>
+template <typename T_, int kHeadDim_, bool kGProj_, bool kTwoParts_ = false, bool kDqHere_ = !kGProj_,
+          int kMmaWGs_ = 2>
 struct BwdKvTraits {
   using T = T_;
   static constexpr bool kGProj = kGProj_;
   // dQ in this pass (fa3; gproj variant 4) or in gproj's Q-outer pass (the gproj default).
   static constexpr bool kDqHere = kDqHere_;
+  // Consumer warpgroups, 64 keys each. Three (192-key blocks, 160 registers each) only without
+  // dQ here (its GEMM splits the head dim between two) and where dK and dV fit: d = 64 (8 bytes
+  // of spill; 1-5% faster than two, NOTES.md session 6).
+  static constexpr int kMmaWGs = kMmaWGs_;
+  static_assert(kMmaWGs == 2 || (kMmaWGs == 3 && !kDqHere_ && kHeadDim_ == 64),
+                "three consumer warpgroups: gproj at d = 64 only");
+  static constexpr int kConsumerRegs = kMmaWGs == 2 ? 240 : 160;
   // gproj's default: A in two rounded parts for dK ("2a" in bench/NOTES.md: the CPU emulator and
   // the H200 grid meet every bar with it, worst Σ_j dK_j 1.4e-6 / 1.6e-6); one dK GEMM and a third
   // of the split fewer than three parts (GPROJ_BWD_VARIANT=3), +5-10% measured.
@@ -50,8 +60,9 @@ struct BwdKvTraits {
   using Element = typename CuteElement<T_>::type;
   // With no dS~ / dQ buffers the shared memory holds a third Q / dO / Q' stage (two measured the
   // same, within 2%: NOTES.md session 6).
-  static constexpr int kHeadDim = kHeadDim_, kBlockN = 128, kBlockM = 64, kStages = kDqHere ? 2 : 3;
-  static constexpr int kNumMmaThreads = 256, kNumThreads = kNumMmaThreads + 128;
+  static constexpr int kHeadDim = kHeadDim_, kBlockN = 64 * kMmaWGs, kBlockM = 64,
+                       kStages = kDqHere ? 2 : 3;
+  static constexpr int kNumMmaThreads = 128 * kMmaWGs, kNumThreads = kNumMmaThreads + 128;
   using HD = Int<kHeadDim>;
   using BM = Int<kBlockM>;
   using BN = Int<kBlockN>;
@@ -81,11 +92,11 @@ struct BwdKvTraits {
 
   using TiledMmaSdP = decltype(make_tiled_mma(
       GMMA::ss_op_selector<Element, Element, float, Shape<_64, BM, HD>>(),
-      Layout<Shape<_2, _1, _1>>{}));  // warpgroups split the keys
+      Layout<Shape<Int<kMmaWGs>, _1, _1>>{}));  // warpgroups split the keys
   using TiledMmaKV = decltype(make_tiled_mma(
       GMMA::rs_op_selector<Element, Element, float, Shape<_64, HD, BM>, GMMA::Major::K,
                            GMMA::Major::MN>(),
-      Layout<Shape<_2, _1, _1>>{}));
+      Layout<Shape<Int<kMmaWGs>, _1, _1>>{}));
   using TiledMmaDQ = decltype(make_tiled_mma(
       GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim / 2>, BN>,
                            GMMA::Major::MN, GMMA::Major::MN>(),
@@ -118,7 +129,7 @@ struct BwdKvTraits {
       std::conditional_t<kGProj, std::conditional_t<kDqHere, QcPtTiles, QcTiles>, NoTiles>;
   // Row state per query tile (double buffered): one copy both warpgroups read where they meet
   // every tile anyway (kDqHere), else one per warpgroup, so that neither waits for the other.
-  static constexpr int kRowCopies = kDqHere ? 1 : 2;
+  static constexpr int kRowCopies = kDqHere ? 1 : kMmaWGs;
   struct SharedStorage {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> v;
@@ -146,8 +157,9 @@ struct BwdKvParams {
   AttnParams p;
 };
 
-// Named barrier of the two consumer warpgroups (ids 8-9 are the pingpong turns); one per
-// consumer warpgroup is wg_sync (11, 12; fwd_sm90.cuh).
+// Named barrier of the two consumer warpgroups where dQ is computed here (ids 8-9 are the pingpong
+// turns of gproj's pass, 8-10 with three warpgroups, where this one is never used); one per
+// consumer warpgroup is wg_sync (11-13; sm90.cuh).
 __device__ __forceinline__ void consumers_sync() {
   asm volatile("bar.sync 10, 256;\n" ::: "memory");
 }
@@ -270,7 +282,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   }
 
   // ---------------- consumers ----------------
-  cutlass::arch::warpgroup_reg_alloc<240>();
+  cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
   const int tid = threadIdx.x - 128;
   typename Traits::TiledMmaSdP mma_sdp;
   typename Traits::TiledMmaKV mma_kv;
@@ -365,8 +377,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     ss.barrier_kv.wait(0);
     // Without dQ here (gproj) the warpgroups take turns issuing S and dP (the forward's pingpong
     // barriers), so one's elementwise work runs under the other's GEMMs; consumer 0 goes first.
+    constexpr int kWGs = Traits::kMmaWGs;
     if constexpr (!Traits::kDqHere) {
-      if (w == 1) turn_pass(w);
+      if (w == kWGs - 1) turn_pass<kWGs>(w);  // round robin: the last hands consumer 0 the first turn
     }
     PipelineState rd, rd_prev;
     for (int it = 0; it < n_items; ++it) {
@@ -381,7 +394,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       if constexpr (!Traits::kDqHere) turn_wait(w);
       wg_gemm<true>(mma_sdp, tSrK, tSrQ(_, _, _, rd.index()), tSrS);
       wg_gemm<true>(mma_sdp, tSrV, tSrDO(_, _, _, rd.index()), tSrDP);
-      if constexpr (!Traits::kDqHere) turn_pass(w);
+      if constexpr (!Traits::kDqHere) turn_pass<kWGs>(w);
       fetch_rows(it + 1);  // landed before, and published by, this tile's consumers_sync below
       warpgroup_wait<0>();  // S, dP, and the previous tile's dK: its Q/dO stage is free now
       if (it > 0) pipe_q.consumer_release(rd_prev);
@@ -577,7 +590,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     }
     warpgroup_wait<0>();  // the last dK
     if constexpr (!Traits::kDqHere) {
-      if (w == 0) turn_wait(w);  // consumer 1's last pass
+      if (w == 0) turn_wait(w);  // the last consumer's last pass
     }
     if ((tid & 127) == 0) cute::tma_store_wait<0>();  // shared memory outlives the last reduce
   }
@@ -603,9 +616,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 #endif
 }
 
-template <typename T, int kHeadDim, bool kGProj, bool kTwoParts = false, bool kDqHere = !kGProj>
+template <typename T, int kHeadDim, bool kGProj, bool kTwoParts = false, bool kDqHere = !kGProj,
+          int kMmaWGs = 2>
 void run_bwd_kv(const AttnParams& p, int total_q, int total_k) {
-  using Traits = BwdKvTraits<T, kHeadDim, kGProj, kTwoParts, kDqHere>;
+  using Traits = BwdKvTraits<T, kHeadDim, kGProj, kTwoParts, kDqHere, kMmaWGs>;
   const bool varlen = p.cu_seqlens_q != 0;
   BwdKvParams<Traits> prm;
   set_tma_extents(prm, p, total_q, total_k);

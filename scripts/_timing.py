@@ -1,5 +1,6 @@
-"""Shared by the scripts/*_breakdown.py and fwd_ab.py measurements: CUDA-event medians, and the
+"""Shared by the scripts/*_breakdown.py and *_ab.py measurements: CUDA-event medians, and the
 bench shapes (B·N = 16k tokens, H·d = 2048, bf16) from a "d,N[,causal]" argument."""
+import os
 from dataclasses import dataclass
 
 import torch
@@ -43,3 +44,27 @@ class Case:
         qt, kt, vt = (x.transpose(1, 2) for x in (self.q, self.k, self.v))
         with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.CUDNN_ATTENTION):
             return F.scaled_dot_product_attention(qt, kt, vt, is_causal=self.causal)
+
+
+def interleaved(cands, env_var, reps):
+    """Median milliseconds of each candidate (name, env value or None, fn), the candidates run
+    call by call in turn for reps rounds after two warm-up rounds, so that clock and thermal drift
+    hit all alike. A candidate's env value is put in os.environ[env_var] before each of its calls
+    (the kernels read their variant switch at every call). The calls are queued back to back:
+    the CPU stays ahead of the GPU, and each call's own events bracket its GPU work."""
+    times = {name: [] for name, _, _ in cands}
+    for r in range(reps + 2):
+        evs = []
+        for name, var, fn in cands:
+            if var is not None:
+                os.environ[env_var] = var
+            a_ev, b_ev = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a_ev.record()
+            fn()
+            b_ev.record()
+            evs.append((name, a_ev, b_ev))
+        torch.cuda.synchronize()
+        if r >= 2:
+            for name, a_ev, b_ev in evs:
+                times[name].append(a_ev.elapsed_time(b_ev))
+    return {name: sorted(t)[len(t) // 2] for name, t in times.items()}

@@ -11,7 +11,7 @@ import sys
 
 import torch
 import torch.nn.functional as F
-from _timing import Case
+from _timing import Case, interleaved
 
 from gproj_cuda.ops import backward_cuda, forward_cuda
 
@@ -50,21 +50,7 @@ def main():
     for a in shapes:
         c = Case.parse(a)
         cands = candidates(c, variants)
-        times = {name: [] for name, _, _ in cands}
-        for r in range(reps + 2):
-            evs = []
-            for name, var, fn in cands:  # queued back to back: the CPU stays ahead of the GPU
-                os.environ["GPROJ_BWD_VARIANT"] = var or "0"
-                a_ev, b_ev = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a_ev.record()
-                fn()
-                b_ev.record()
-                evs.append((name, a_ev, b_ev))
-            torch.cuda.synchronize()
-            if r >= 2:  # two warm-up rounds
-                for name, a_ev, b_ev in evs:
-                    times[name].append(a_ev.elapsed_time(b_ev))
-        med = {k_: sorted(t)[len(t) // 2] for k_, t in times.items()}
+        med = interleaved(cands, "GPROJ_BWD_VARIANT", reps)
         base = med["cudnn"]
         print(f"{c.d:4d} {c.n:6d} {str(c.causal):>6} | {base:8.3f} | " +
               " ".join(f"{med[name]:7.3f} {base / med[name]:5.3f}x" for name, _, _ in cands[1:]),

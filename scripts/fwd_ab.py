@@ -6,8 +6,7 @@ Usage: python scripts/fwd_ab.py VARIANTS [d,N[,causal] ...]   e.g.  0,2  128,204
 import os
 import sys
 
-import torch
-from _timing import Case
+from _timing import Case, interleaved
 
 from gproj_cuda.ops import forward_cuda
 
@@ -28,22 +27,7 @@ def main():
             for var in variants:
                 cands.append((f"{m} v{var}", var, lambda m=m: forward_cuda(
                     q, k, v, None, None, n, n, s, -1, wr, m)))
-        times = {name: [] for name, _, _ in cands}
-        for r in range(reps + 2):
-            evs = []
-            for name, var, fn in cands:  # queued back to back: the CPU stays ahead of the GPU
-                if var is not None:
-                    os.environ["GPROJ_FWD_VARIANT"] = var
-                a_ev, b_ev = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a_ev.record()
-                fn()
-                b_ev.record()
-                evs.append((name, a_ev, b_ev))
-            torch.cuda.synchronize()
-            if r >= 2:  # two warm-up rounds
-                for name, a_ev, b_ev in evs:
-                    times[name].append(a_ev.elapsed_time(b_ev))
-        med = {k_: sorted(t)[len(t) // 2] for k_, t in times.items()}
+        med = interleaved(cands, "GPROJ_FWD_VARIANT", reps)
         base = med["cudnn"]
         print(f"{d:4d} {n:6d} {str(causal):>6} | {base:8.3f} | " +
               " ".join(f"{med[name]:7.3f} {base / med[name]:5.3f}x" for name, _, _ in cands[1:]),

@@ -37,7 +37,6 @@ struct LambdaTraits : Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_> {
   using typename Base::SmemLayoutK;
   using typename Base::SmemLayoutQ;
   using typename Base::Pipeline;
-  using typename Base::AtomLayout;
   static constexpr int kBlockM = Base::kBlockM;
   static constexpr bool kDq = kDq_;
   // kDq: leave a tile's two dQ GEMMs in flight under the next tile's S and dP (waited for with
@@ -49,15 +48,8 @@ struct LambdaTraits : Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_> {
   // row sums were taken in (bf16; fp16 gproj keeps the mma.sync passes).
   static_assert(!kDq || std::is_same<T_, bf16>::value, "the Hopper gproj dQ is bf16 only");
   using TiledMma = typename Base::TiledMmaQK;  // S = Q K^T and dP = dO V^T
-  // dS~ K' and P~ K': A from registers (the S accumulator's layout), B = K' read MN-major.
-  using TiledMmaDq = decltype(make_tiled_mma(
-      GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim_>, Int<kBlockN_>>,
-                           GMMA::Major::K, GMMA::Major::MN>(),
-      AtomLayout{}));
-  // K'^T as dQ's GEMMs see it: the same bytes as K's layout, indexed (head dim, key, stage).
-  using SmemLayoutKt = decltype(composition(
-      SmemLayoutK{}, make_ordered_layout(Shape<Int<kHeadDim_>, Int<kBlockN_>, Int<kStages_>>{},
-                                         Step<_2, _1, _3>{})));
+  using TiledMmaDq = typename Base::TiledMmaPV;      // dS~ K' and P~ K', the P V form
+  using SmemLayoutKt = typename Base::SmemLayoutVt;  // K'^T
 
   struct SharedStorage {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;

@@ -86,6 +86,16 @@ struct Sm90Tiles {
                               GMMA::Major::K, Element, Int<kBlockN>, Int<kHeadDim>>());
   using SmemLayoutK =
       decltype(tile_to_shape(SmemAtomKV{}, Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}));
+  // The P V form (the forward's O = P V, the gproj λ pass's dS~ K' and P~ K'): A from registers
+  // in the S accumulator's layout, B = a K-like ring tile read MN-major (head dim contiguous).
+  using TiledMmaPV = decltype(make_tiled_mma(
+      GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockN>>,
+                           GMMA::Major::K, GMMA::Major::MN>(),
+      AtomLayout{}));
+  // ... and that B: the same bytes as the K-like ring, indexed (head dim, key, stage).
+  using SmemLayoutVt = decltype(composition(
+      SmemLayoutK{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{},
+                                         Step<_2, _1, _3>{})));
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = typename Pipeline::PipelineState;
   using TmaQ = TmaLoad<Element, SmemLayoutQ, decltype(select<0, 2>(TileShape{}))>;

@@ -33,7 +33,6 @@ struct FwdTraits : Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_, kMmaWarpGroups_>
   using typename Base::SmemLayoutK;
   using typename Base::SmemLayoutQ;
   using typename Base::Pipeline;
-  using typename Base::AtomLayout;
   static constexpr int kHeadDim = kHeadDim_, kBlockN = kBlockN_, kStages = kStages_;
   // Pingpong: the two consumer warpgroups take turns issuing their GEMMs (named barriers), so
   // one's softmax runs while the other's GEMMs occupy the tensor cores.
@@ -47,15 +46,8 @@ struct FwdTraits : Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_, kMmaWarpGroups_>
   // it, where the branch costs more than the multiplies it saves; so the default skips only
   // without pingpong and variant 2 does the opposite.
   static constexpr bool kSkipRescale = kSkipRescale_;
-  // O = P V: A (P) from registers, B = V read MN-major (V's head dim is contiguous).
-  using TiledMmaPV = decltype(make_tiled_mma(
-      GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockN>>,
-                           GMMA::Major::K, GMMA::Major::MN>(),
-      AtomLayout{}));
-  // V^T as the PV GEMM sees it: the same bytes as K's layout, indexed (head dim, key, stage).
-  using SmemLayoutVt = decltype(composition(
-      SmemLayoutK{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{},
-                                         Step<_2, _1, _3>{})));
+  using typename Base::TiledMmaPV;    // O = P V
+  using typename Base::SmemLayoutVt;  // V^T
 
   static constexpr int kQBytes = cute::cosize_v<SmemLayoutQ> * int(sizeof(Element));
   static constexpr int kKVBytes = 2 * cute::cosize_v<SmemLayoutK> * int(sizeof(Element));

@@ -1,6 +1,8 @@
 """Where the Hopper backward's time goes (d=128, bf16, B*N = 16k tokens, H = 16): the whole
-backward per numerics mode and backend, and two of its pieces (key centering, the λ pre-pass; the
-KV-outer pass is the rest), CUDA-event medians. Usage: python scripts/bwd_breakdown.py [N ...]"""
+backward per numerics mode and backend, key centering, and the λ-only pre-pass (the first kernel
+of GPROJ_BWD_VARIANT=4; the default's Q-outer pass also computes dQ: `KERNELS=1 python
+scripts/bwd_ab.py` times each kernel of a backward), CUDA-event medians.
+Usage: python scripts/bwd_breakdown.py [N ...]"""
 import sys
 
 import torch
@@ -23,7 +25,7 @@ def main():
                                           hopper=hop))
         out, _, st = forward_cuda(q, k, v, None, None, n, n, s, -1, -1, "gproj")
         row["center K (or Q)"] = timed(lambda: center_keys_cuda(k, None, n))
-        row["gproj λ pre-pass (+ centering)"] = timed(
+        row["λ-only pre-pass (+ centering)"] = timed(
             lambda: rowstate_cuda(q, k, v, out, st, do, s, -1, -1))
         flops = 4 * B * H * n * n * d * 2.5
         print(f"N={n} B={B} H={H} d={d} (bwd FLOPs {flops / 1e12:.2f} T)")

@@ -499,8 +499,8 @@ def test_hopper_kv_backward_varlen(numerics, d, monkeypatch):
 @pytest.mark.parametrize("d", [64, 128])
 def test_hopper_backward_gproj_bars_stress_points(causal, variant, d, monkeypatch):
     """The SPEC section 5 bars on the stress points (large key/query means, sharp rows) through
-    the Hopper gproj backward (bf16, d=64/128): the λ pre-pass's S = QK^T and the KV-outer pass's
-    S^T = KQ^T must give the same rounded dS~, or Σ_j dK_j shows it."""
+    the Hopper gproj backward (bf16, d=64/128): the Q-outer pass's S = QK^T and the KV-outer
+    pass's S^T = KQ^T must give the same rounded dS~, or Σ_j dK_j shows it."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("needs a Hopper GPU")
     monkeypatch.setenv("GPROJ_HOPPER_BWD", "1")

@@ -50,24 +50,20 @@ void hopper_backward(const AttnParams& p) {
     // The KV-outer pass: three consumer warpgroups at d = 64 (192-key blocks; measured 1-5%
     // faster than two, NOTES.md session 6), two at d = 128.
     constexpr int kKvWGs = D == 64 ? 3 : 2;
-    switch (bwd_variant()) {
-      case 3:
-        sm90::run_lambda_prepass<T, D, true>(p, p.total_q, p.total_k);  // delta, lambda, dQ
-        sm90::run_bwd_kv<T, D, true, false, false, kKvWGs>(p, p.total_q, p.total_k);
-        return;
-      case 4:
-        sm90::run_lambda_prepass<T, D, false>(p, p.total_q, p.total_k);  // delta, lambda
-        sm90::run_bwd_kv<T, D, true, true, true>(p, p.total_q, p.total_k);
-        launch_dq_finish<T, D>(p);
-        return;
-      case 5:
-        sm90::run_lambda_prepass<T, D, true>(p, p.total_q, p.total_k);
-        sm90::run_bwd_kv<T, D, true, true, false, 2>(p, p.total_q, p.total_k);
-        return;
-      default:
-        sm90::run_lambda_prepass<T, D, true>(p, p.total_q, p.total_k);
-        sm90::run_bwd_kv<T, D, true, true, false, kKvWGs>(p, p.total_q, p.total_k);
-        return;
+    const int variant = bwd_variant();
+    if (variant == 4) {  // the session-4 design: λ only, dQ in the KV-outer pass
+      sm90::run_lambda_prepass<T, D, false>(p, p.total_q, p.total_k);
+      sm90::run_bwd_kv<T, D, true, true, true>(p, p.total_q, p.total_k);
+      launch_dq_finish<T, D>(p);
+      return;
+    }
+    sm90::run_lambda_prepass<T, D, true>(p, p.total_q, p.total_k);  // delta, lambda, dQ
+    if (variant == 3) {         // A in three rounded parts
+      sm90::run_bwd_kv<T, D, true, false, false, kKvWGs>(p, p.total_q, p.total_k);
+    } else if (variant == 5) {  // two consumer warpgroups at d = 64 too
+      sm90::run_bwd_kv<T, D, true, true, false, 2>(p, p.total_q, p.total_k);
+    } else {
+      sm90::run_bwd_kv<T, D, true, true, false, kKvWGs>(p, p.total_q, p.total_k);
     }
   }
 }

@@ -172,17 +172,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       // held every consumer warp at the first barrier (7.5% of the pass's samples, ncu a7c1656)
       if (((reinterpret_cast<uintptr_t>(orow) | reinterpret_cast<uintptr_t>(drow)) & 15) == 0) {
         CUTLASS_PRAGMA_UNROLL
-        for (int ch = part; ch < kHeadDim / 8; ch += 2) {
-          const uint4 o = *reinterpret_cast<const uint4*>(orow + 8 * ch);
-          const uint4 g = *reinterpret_cast<const uint4*>(drow + 8 * ch);
-          const uint32_t ow[4] = {o.x, o.y, o.z, o.w}, gw[4] = {g.x, g.y, g.z, g.w};
-          CUTLASS_PRAGMA_UNROLL
-          for (int w = 0; w < 4; ++w) {
-            const float2 x = unpack2<T>(ow[w]), y = unpack2<T>(gw[w]);
-            acc = fmaf(x.x, y.x, acc);
-            acc = fmaf(x.y, y.y, acc);
-          }
-        }
+        for (int ch = part; ch < kHeadDim / 8; ch += 2)
+          acc = dot8_accumulate<T>(*reinterpret_cast<const uint4*>(orow + 8 * ch),
+                                   *reinterpret_cast<const uint4*>(drow + 8 * ch), acc);
       } else {
         for (int d = part; d < kHeadDim; d += 2) acc += to_float(orow[d]) * to_float(drow[d]);
       }

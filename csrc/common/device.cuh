@@ -96,6 +96,20 @@ __device__ __forceinline__ float exp2_approx(float x) {
   return y;
 }
 
+// acc + a . b over two 16-byte chunks of eight 16-bit values, in element order, fp32 (fused
+// multiply-adds): the q . shift sum of the sm90 forward and the delta of the λ pass.
+template <typename T>
+__device__ __forceinline__ float dot8_accumulate(uint4 a, uint4 b, float acc) {
+  const uint32_t aw[4] = {a.x, a.y, a.z, a.w}, bw[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const float2 x = unpack2<T>(aw[e]), y = unpack2<T>(bw[e]);
+    acc = fmaf(x.x, y.x, acc);
+    acc = fmaf(x.y, y.y, acc);
+  }
+  return acc;
+}
+
 template <typename F>  // float or double
 __device__ __forceinline__ F quad_sum(F x) {
   x += __shfl_xor_sync(0xffffffff, x, 1);

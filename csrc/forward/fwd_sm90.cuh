@@ -256,17 +256,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         const int row = get<0>(oc_rc(r, 0));
         float acc = 0.f;
         CUTLASS_PRAGMA_UNROLL
-        for (int ch = (tid & 3); ch < kChunks; ch += 4) {
-          const uint4 qv = *reinterpret_cast<const uint4*>(&sQ(row, ch * 8));
-          const uint4 cv = *reinterpret_cast<const uint4*>(shift + ch * 8);
-          const uint32_t qw[4] = {qv.x, qv.y, qv.z, qv.w}, cw[4] = {cv.x, cv.y, cv.z, cv.w};
-          CUTLASS_PRAGMA_UNROLL
-          for (int e = 0; e < 4; ++e) {
-            const float2 qf = unpack2<T>(qw[e]), cf = unpack2<T>(cw[e]);
-            acc = fmaf(qf.x, cf.x, acc);
-            acc = fmaf(qf.y, cf.y, acc);
-          }
-        }
+        for (int ch = (tid & 3); ch < kChunks; ch += 4)
+          acc = dot8_accumulate<T>(*reinterpret_cast<const uint4*>(&sQ(row, ch * 8)),
+                                   *reinterpret_cast<const uint4*>(shift + ch * 8), acc);
         qshift[r] = quad_sum(acc);
       }
     };

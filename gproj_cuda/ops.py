@@ -182,6 +182,16 @@ def _reduce_adds_dq(numerics: str) -> bool:
     return numerics == "fa3" or os.environ.get("GPROJ_BWD_VARIANT") == "4"
 
 
+# Keys per chunk of the dK key sums (csrc/prepost/dk_project.cuh, kKeysumRows).
+DK_KEYSUM_ROWS = 128
+
+
+def _projects_dk(numerics: str) -> bool:
+    """Whether the Hopper backward rounds A once and projects dK onto Σ_j dK_j = 0 afterwards
+    (csrc/api/variants.h, hopper_bwd_projects_dk): it then needs an fp32 dK and the key sums."""
+    return numerics == "gproj" and os.environ.get("GPROJ_BWD_VARIANT") not in ("3", "4", "6")
+
+
 def backward_cuda(dout, q, k, v, out, stats, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics,
                   dk_accum: Optional[Tensor] = None, hopper: Optional[bool] = None):
     """Kernel backward. ``dk_accum`` (fp32, k's shape, contiguous) receives dK before its final
@@ -231,6 +241,16 @@ def backward_cuda(dout, q, k, v, out, stats, cu_q, cu_k, max_q, max_k, scale, wl
             p.dq_accum = dq_accum.data_ptr()
         if numerics == "gproj":
             p.q_centered, p.qc_stride = q_centered.data_ptr(), _strides3(q_centered, varlen)
+        if _projects_dk(numerics):
+            # fp32 dK before the projection (the caller's dk_accum when given: it then receives
+            # the projected values) and the fp64 key sums per 128-key chunk.
+            if dk_accum is None:
+                dk_scratch = torch.empty(dk.shape, dtype=torch.float32, device=q.device)
+                p.dk_accum = dk_scratch.data_ptr()
+            chunks = (p.seqlen_k + DK_KEYSUM_ROWS - 1) // DK_KEYSUM_ROWS
+            keysum = torch.empty(p.batch * p.heads_k * chunks * (p.head_dim + 1),
+                                 dtype=torch.float64, device=q.device)
+            p.dk_keysum = keysum.data_ptr()
         p.backward_passes = 8
         _ext.extension().backward(p)
         return dq, dk, dv

@@ -416,12 +416,16 @@ def _dkdv_chunk(qs, ks, vs, dos, st, delta, lam, q_shift, keep, c, gt, alpha, nu
             # that the leak dwarfs dK); a two-part split of A leaves 2^-17 of |A||Q|
             # (1.5e-5 with a large query mean). All miss the 1e-5 bar somewhere. With the
             # centered queries and the fp64 rank-one below, two parts of A do meet it
-            # (a_parts=2, the Hopper backward's form, "2a" in bench/NOTES.md: worst 1.4e-6
-            # here, 1.6e-6 on the H200), with the colsum taken of the fp32 A itself.
+            # (a_parts=2, "2a" in bench/NOTES.md: worst 1.4e-6 here, 1.6e-6 on the H200),
+            # with the colsum taken of the fp32 A itself. One part (a_parts=1, the Hopper
+            # backward's form) leaves each dK_j as accurate (the rounding is unbiased) but
+            # up to 5e-4 in Σ_j dK_j, which project_key_sum then removes (NOTES.md session 7).
             a = _fma(-lam[1][hc], p_t, _fma(-lam[0][hc], p_t, ds_t))
             a_hi = a.to(gt).float()
             r1 = a - a_hi
-            if a_parts == 2:
+            if a_parts == 1:
+                a_mid = a_lo = torch.zeros_like(a)
+            elif a_parts == 2:
                 a_mid = torch.zeros_like(a)
                 a_lo = r1.to(gt).float()
             else:
@@ -434,7 +438,7 @@ def _dkdv_chunk(qs, ks, vs, dos, st, delta, lam, q_shift, keep, c, gt, alpha, nu
             # residual of 3e-5 on the H200 without this).
             qc_g = (qh - q_shift[hc].unsqueeze(1)).to(gt).float()
             # colsum in fp64: it is multiplied by the (large) query mean.
-            if a_parts == 2:
+            if a_parts in (1, 2):
                 colsum = a.double().sum(-2)
             else:
                 colsum = (a_hi.double() + a_mid.double() + a_lo.double()).sum(-2)
@@ -450,6 +454,20 @@ def _dkdv_chunk(qs, ks, vs, dos, st, delta, lam, q_shift, keep, c, gt, alpha, nu
     return dk, dv
 
 
+def project_key_sum(dk: torch.Tensor) -> torch.Tensor:
+    """The zero-sum projection of the one-part dK (``a_parts=1``, csrc/prepost/dk_project.cuh):
+    dK_j - w_j Σ_k dK_k with w_j = ||dK_j|| / Σ_k ||dK_k||, per kv head. ``dk``: fp32 (kv heads,
+    keys, d), one sequence. Weights that follow each key's own gradient leave a key that no
+    query sees at its exact 0 and move every key by the same fraction of its norm; uniform
+    weights failed the per-key bar (a key with a tiny gradient received the whole mean). The
+    sums in fp64, as the kernels'."""
+    norms = dk.float().norm(dim=-1, keepdim=True).double()
+    total = norms.sum(1, keepdim=True)
+    w = torch.where(total > 0, norms / torch.where(total > 0, total, torch.ones_like(total)),
+                    torch.zeros_like(norms))
+    return (dk.double() - w * dk.double().sum(1, keepdim=True)).float()
+
+
 def emulate_backward(do, q, k, v, out, stats, *, numerics="gproj", causal=False,
                      softmax_scale=None, window_size=(-1, -1), cu_seqlens_q=None,
                      cu_seqlens_k=None, fp32_grads=False, a_parts=3):
@@ -457,13 +475,14 @@ def emulate_backward(do, q, k, v, out, stats, *, numerics="gproj", causal=False,
 
     In the input dtype, or in fp32 with ``fp32_grads=True`` (the values before the final store,
     which is where the SPEC's Σ_j dK_j bar is measured). ``a_parts`` (gproj): A = dS~ - λP~
-    enters the dK GEMM as 3 rounded parts (the mma.sync passes) or 2 (the Hopper backward,
-    the default on sm_90 at d=64/128); the kernels' fp32 summation orders are not modelled.
+    enters the dK GEMM as 3 rounded parts (the mma.sync passes), 2 (GPROJ_BWD_VARIANT=6) or 1
+    followed by ``project_key_sum`` (the Hopper backward, the default on sm_90 at d=64/128, bf16);
+    the kernels' fp32 summation orders are not modelled.
     """
     if numerics not in NUMERICS:
         raise ValueError(f"numerics must be one of {NUMERICS}, got {numerics!r}")
-    if a_parts not in (2, 3):
-        raise ValueError(f"a_parts must be 2 or 3, got {a_parts!r}")
+    if a_parts not in (1, 2, 3):
+        raise ValueError(f"a_parts must be 1, 2 or 3, got {a_parts!r}")
     varlen, h, hk = _check_common(q, k, v, cu_seqlens_q, cu_seqlens_k)
     scale = default_scale(q.shape[-1], softmax_scale)
     c = _scale_log2(scale)
@@ -496,6 +515,8 @@ def emulate_backward(do, q, k, v, out, stats, *, numerics="gproj", causal=False,
             q_shift = q_shifts[b] if numerics == "gproj" else None
             dk_seg, dv_seg = _dkdv_chunk(qs, ks, vs, dos, st, delta, lam, q_shift, keep, c, gt,
                                          alpha, numerics, a_parts)
+            if numerics == "gproj" and a_parts == 1:
+                dk_seg = project_key_sum(dk_seg)
         _put(dq, b, qr, varlen, dq_seg.to(gdt))
         _put(dk, b, kr, varlen, dk_seg.to(gdt))
         _put(dv, b, kr, varlen, dv_seg.to(gdt))

@@ -74,11 +74,12 @@ if torch.cuda.get_device_capability()[0] >= 9:
                 assert torch.isfinite(rowstate[..., :3]).all(), "λ pre-pass left rows unwritten"
 
 # The Hopper backward (d=64/128; GPROJ_HOPPER_BWD=1) in both numerics modes and every variant
-# (GPROJ_BWD_VARIANT: gproj's default, three parts, dQ in the KV pass, two warpgroups at d=64),
+# (GPROJ_BWD_VARIANT: gproj's default, three parts, dQ in the KV pass, two warpgroups at d=64,
+# two parts),
 # GQA, causal, odd lengths.
 if torch.cuda.get_device_capability()[0] == 9:
     os.environ["GPROJ_HOPPER_BWD"] = "1"
-    for numerics, causal, variant, d in itertools.product(("fa3", "gproj"), (False, True), "0345",
+    for numerics, causal, variant, d in itertools.product(("fa3", "gproj"), (False, True), "03456",
                                                            (64, 128)):
         os.environ["GPROJ_BWD_VARIANT"] = variant
         q = torch.randn(2, 77, 4, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)

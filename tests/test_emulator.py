@@ -40,10 +40,12 @@ GRID = list(itertools.product((0, 32, 256, 1024), (0, 16), (1, 16, 32), (False, 
 
 
 @pytest.mark.parametrize("dtype,a_parts", [(torch.bfloat16, 3), (torch.float16, 3),
-                                           (torch.bfloat16, 2)],
-                         ids=["bf16", "fp16", "bf16-two-parts"])
+                                           (torch.bfloat16, 2), (torch.bfloat16, 1),
+                                           (torch.float16, 1)],
+                         ids=["bf16", "fp16", "bf16-two-parts", "bf16-one-part", "fp16-one-part"])
 def test_gproj_meets_bars_full_grid_d64(dtype, a_parts):
-    """Three parts of A: the mma.sync passes; two: the Hopper backward (bf16 only so far)."""
+    """Three parts of A: the mma.sync passes; one, then the zero-sum projection of dK: the Hopper
+    backward (bf16 only so far); two: its GPROJ_BWD_VARIANT=6."""
     worst = {"dq": 0.0, "dk": 0.0, "sum_dk": 0.0}
     for i, (km, qm, qs, causal) in enumerate(GRID):
         q, k, v, do = stress_inputs(1, 256, 2, 64, kmean=km, qmean=qm, qscale=qs, dtype=dtype,
@@ -82,6 +84,28 @@ def test_two_parts_of_a_change_only_dk_and_stay_exact_in_sum():
     assert sum_dk_rel(two[3]) <= 1e-5
     with pytest.raises(ValueError, match="a_parts"):
         reference.emulate(q, k, v, do, a_parts=4)
+    with pytest.raises(ValueError, match="a_parts"):
+        reference.emulate(q, k, v, do, a_parts=0)
+
+
+def test_one_part_of_a_projects_dk_onto_the_law():
+    """a_parts=1 (the Hopper backward's form): O, dQ, dV as with three parts; dK within a bf16
+    rounding of the three-part dK; Σ_j dK_j restored by the projection (without it, the one
+    rounded part leaves far more); keys that no query sees keep an exact zero."""
+    q, k, v, do = stress_inputs(1, 128, 2, 64, kmean=256, qmean=16, qscale=16, seed=3)
+    three = reference.emulate(q, k, v, do, causal=True, fp32_grads=True)
+    one = reference.emulate(q, k, v, do, causal=True, fp32_grads=True, a_parts=1)
+    for i in (0, 1, 2, 4):
+        assert torch.equal(one[i], three[i])
+    diff = (one[3] - three[3]).norm() / three[3].norm()
+    assert 0 < diff < 1e-2, diff
+    assert sum_dk_rel(one[3]) <= 1e-5
+    seg = one[3][0].transpose(0, 1).contiguous()          # (kv heads, keys, d)
+    unprojected = seg + 1e-3 * seg.norm(dim=-1, keepdim=True)  # a common component
+    assert reference.project_key_sum(unprojected).double().sum(1).abs().max() < 1e-6 * seg.abs().sum()
+    zero_key = seg.clone()
+    zero_key[:, 5] = 0
+    assert torch.count_nonzero(reference.project_key_sum(zero_key)[:, 5]) == 0
 
 
 def test_dq_invariant_to_common_key_shift():

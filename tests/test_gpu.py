@@ -454,12 +454,12 @@ def test_hopper_lambda_prepass_matches_dq_pass(dtype, d, causal):
                          ids=["full", "causal", "window"])
 @pytest.mark.parametrize("shape", [(2, 257, 300, 4, 2), (1, 1000, 1000, 2, 2), (3, 64, 17, 8, 1)],
                          ids=["gqa", "square", "mqa"])
-@pytest.mark.parametrize("variant", ["0", "3", "4", "5"],
-                         ids=["default", "three-parts", "dq-in-kv", "kv-2wg"])
+@pytest.mark.parametrize("variant", ["0", "3", "4", "5", "6"],
+                         ids=["default", "three-parts", "dq-in-kv", "kv-2wg", "two-parts"])
 @pytest.mark.parametrize("d", [64, 128])
 def test_hopper_kv_backward(numerics, dtype, causal, window, shape, variant, d, monkeypatch):
     """The Hopper backward (csrc/backward/bwd_kv_sm90.cuh, bwd_lambda_sm90.cuh, d=64/128;
-    GPROJ_BWD_VARIANT 0, 3, 4, 5) against the float64 reference (within 1.5x the emulator's error) and the mma.sync passes."""
+    GPROJ_BWD_VARIANT 0, 3, 4, 5, 6) against the float64 reference (within 1.5x the emulator's error) and the mma.sync passes."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("needs a Hopper GPU")
     monkeypatch.setenv("GPROJ_BWD_VARIANT", variant)
@@ -479,6 +479,30 @@ def test_hopper_kv_backward(numerics, dtype, causal, window, shape, variant, d, 
         assert diff < 1e-2, f"{name}: Hopper vs mma.sync relative difference {diff:.2e}"
 
 
+@pytest.mark.parametrize("d", [64, 128])
+def test_hopper_gproj_dk_projection_leaves_unseen_keys_at_zero(d, monkeypatch):
+    """gproj's default Hopper backward projects dK onto Σ_j dK_j = 0 with weights that follow each
+    key's own gradient (csrc/prepost/dk_project.cuh): keys no query sees (a one-key window at the
+    end of 300 keys) keep an exact zero, with and without a caller's fp32 dK, and the rest meet
+    the law and the emulator."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("needs a Hopper GPU")
+    monkeypatch.setenv("GPROJ_HOPPER_BWD", "1")
+    g = torch.Generator(device=DEV).manual_seed(21)
+    q, do = rand(2, 100, 4, d, g=g), rand(2, 100, 4, d, g=g)
+    k, v = rand(2, 300, 2, d, g=g) + 2, rand(2, 300, 2, d, g=g)
+    got = run_kernels(q, k, v, do, window=(3, 0))   # query i sees keys i + 197 .. i + 200
+    dk, dk32 = got[3], got[5]
+    assert torch.count_nonzero(dk[:, :197]) == 0 and torch.count_nonzero(dk32[:, :197]) == 0
+    assert torch.isfinite(dk32).all() and sum_dk_rel(dk32) <= 1e-5
+    check_close_to_emulator(q, k, v, do, got, numerics="gproj", window=(3, 0))
+    scale = 1 / math.sqrt(d)
+    out, _, stats = forward_cuda(q, k, v, None, None, 100, 300, scale, 3, 0, "gproj")
+    _, dk_alone, _ = backward_cuda(do, q, k, v, out, stats, None, None, 100, 300, scale, 3, 0,
+                                   "gproj")   # no dk_accum: the backward's own fp32 scratch
+    assert torch.equal(dk_alone, dk)
+
+
 @pytest.mark.parametrize("numerics", ["fa3", "gproj"])
 @pytest.mark.parametrize("d", [64, 128])
 def test_hopper_kv_backward_varlen(numerics, d, monkeypatch):
@@ -494,8 +518,8 @@ def test_hopper_kv_backward_varlen(numerics, d, monkeypatch):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("variant", ["0", "3", "4", "5"],
-                         ids=["default", "three-parts", "dq-in-kv", "kv-2wg"])
+@pytest.mark.parametrize("variant", ["0", "3", "4", "5", "6"],
+                         ids=["default", "three-parts", "dq-in-kv", "kv-2wg", "two-parts"])
 @pytest.mark.parametrize("d", [64, 128])
 def test_hopper_backward_gproj_bars_stress_points(causal, variant, d, monkeypatch):
     """The SPEC section 5 bars on the stress points (large key/query means, sharp rows) through

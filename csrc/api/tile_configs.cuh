@@ -14,6 +14,7 @@
 #include "../forward/fwd_sm90.cuh"
 #include "../prepost/bwd_prepost.cuh"
 #include "../prepost/center_keys.cuh"
+#include "../prepost/dk_project.cuh"
 #include "variants.h"
 
 namespace gproj {
@@ -53,17 +54,22 @@ void hopper_backward(const AttnParams& p) {
     const int variant = bwd_variant();
     if (variant == 4) {  // the session-4 design: λ only, dQ in the KV-outer pass
       sm90::run_lambda_prepass<T, D, false>(p, p.total_q, p.total_k);
-      sm90::run_bwd_kv<T, D, true, true, true>(p, p.total_q, p.total_k);
+      sm90::run_bwd_kv<T, D, true, 2, true>(p, p.total_q, p.total_k);
       launch_dq_finish<T, D>(p);
       return;
     }
     sm90::run_lambda_prepass<T, D, true>(p, p.total_q, p.total_k);  // delta, lambda, dQ
     if (variant == 3) {         // A in three rounded parts
-      sm90::run_bwd_kv<T, D, true, false, false, kKvWGs>(p, p.total_q, p.total_k);
-    } else if (variant == 5) {  // two consumer warpgroups at d = 64 too
-      sm90::run_bwd_kv<T, D, true, true, false, 2>(p, p.total_q, p.total_k);
-    } else {
-      sm90::run_bwd_kv<T, D, true, true, false, kKvWGs>(p, p.total_q, p.total_k);
+      sm90::run_bwd_kv<T, D, true, 3, false, kKvWGs>(p, p.total_q, p.total_k);
+    } else if (variant == 6) {  // A in two rounded parts
+      sm90::run_bwd_kv<T, D, true, 2, false, kKvWGs>(p, p.total_q, p.total_k);
+    } else {                    // A in one part, then dK projected
+      if (variant == 5) {       // two consumer warpgroups at d = 64 too
+        sm90::run_bwd_kv<T, D, true, 1, false, 2>(p, p.total_q, p.total_k);
+      } else {
+        sm90::run_bwd_kv<T, D, true, 1, false, kKvWGs>(p, p.total_q, p.total_k);
+      }
+      launch_dk_project<T, D>(p);
     }
   }
 }

@@ -27,13 +27,22 @@ inline int fwd_variant() {
 }
 
 // GPROJ_BWD_VARIANT for A/B runs of the gproj Hopper backward (fa3 mode has no variants):
-//   0 or unset: the λ + dQ Q-outer pass, then the KV-outer pass with A in two rounded parts;
-//   3: the same with A in three parts, the mma.sync passes' form;
-//   4: the previous design: a λ-only pre-pass, dQ in the KV-outer pass (dq_accum, dq_finish);
-//   5: the default with two consumer warpgroups in the KV-outer pass at d = 64 instead of three.
+//   0 or unset: the λ + dQ Q-outer pass, then the KV-outer pass with A in one rounded part and
+//      dK projected onto Σ_j dK_j = 0 (dk_project.cuh);
+//   3: the same with A in three parts, the mma.sync passes' form (no projection);
+//   4: the session-4 design: a λ-only pre-pass, dQ in the KV-outer pass (dq_accum, dq_finish),
+//      A in two parts;
+//   5: the default with two consumer warpgroups in the KV-outer pass at d = 64 instead of three;
+//   6: the default with A in two parts (no projection: session 6's default).
 inline int bwd_variant() {
   const char* v = std::getenv("GPROJ_BWD_VARIANT");
-  return (v != nullptr && v[0] >= '3' && v[0] <= '5' && v[1] == '\0') ? v[0] - '0' : 0;
+  return (v != nullptr && v[0] >= '3' && v[0] <= '6' && v[1] == '\0') ? v[0] - '0' : 0;
+}
+
+// Whether the gproj Hopper backward rounds A once and projects dK (needs dk_accum, dk_keysum).
+inline bool hopper_bwd_projects_dk(const AttnParams& p) {
+  const int v = bwd_variant();
+  return p.numerics == int(Numerics::kGProj) && v != 3 && v != 4 && v != 6;
 }
 
 // Whether the Hopper backward (backward_passes = 8) sums dQ in p.dq_accum.

@@ -20,10 +20,11 @@
 // gproj (SPEC section 3, the arithmetic of the mma.sync passes and reference.py): delta, lambda
 // = r / s (fp64 row sums of exactly the rounded dS~, P~ the GEMMs consume) and dQ come from the
 // Q-outer pass (bwd_lambda_sm90.cuh: S, dP, dS~ K', P~ K', 4 GEMM-equivalents); here A = dS~ -
-// lambda P~ in fp32 (lambda as hi + lo), split into two rounded parts (GPROJ_BWD_VARIANT=3: three,
-// the mma.sync form), dK += part^T Q' against the centered queries Q' = Q - c_q (loaded by TMA
-// beside Q), plus c_q (x) colsum(A) per head (fp32 per tile, fp64 across tiles). S, dP, dV,
-// 2 x dK: 5 GEMM-equivalents, 9 in all (three parts: 6 and 10). With no dQ here every GEMM
+// lambda P~ in fp32 (lambda as hi + lo), rounded once (kAParts; GPROJ_BWD_VARIANT=6: two parts,
+// 3: three, the mma.sync form), dK += A~^T Q' against the centered queries Q' = Q - c_q (loaded by
+// TMA beside Q), plus c_q (x) colsum(A) per head (fp32 per tile, fp64 across tiles); dK leaves in
+// fp32 and dk_project.cuh removes what the rounding of A left in Σ_j dK_j. S, dP, dV, dK: 4
+// GEMM-equivalents, 8 in all (two parts: 5 and 9; three: 6 and 10). With no dQ here every GEMM
 // operand of this pass is in registers or loaded by TMA: the two warpgroups share nothing but the
 // Q ring and take turns at the tensor cores (pingpong) instead of meeting at a barrier per tile.
 // GPROJ_BWD_VARIANT=4 keeps the previous gproj design for A/B runs: a λ-only pre-pass, and dQ
@@ -39,7 +40,7 @@
 namespace gproj {
 namespace sm90 {
 
-template <typename T_, int kHeadDim_, bool kGProj_, bool kTwoParts_ = false, bool kDqHere_ = !kGProj_,
+template <typename T_, int kHeadDim_, bool kGProj_, int kAParts_ = 3, bool kDqHere_ = !kGProj_,
           int kMmaWGs_ = 2>
 struct BwdKvTraits {
   using T = T_;
@@ -53,10 +54,16 @@ struct BwdKvTraits {
   static_assert(kMmaWGs == 2 || (kMmaWGs == 3 && !kDqHere_ && kHeadDim_ == 64),
                 "three consumer warpgroups: gproj at d = 64 only");
   static constexpr int kConsumerRegs = kMmaWGs == 2 ? 240 : 160;
-  // gproj's default: A in two rounded parts for dK ("2a" in bench/NOTES.md: the CPU emulator and
-  // the H200 grid meet every bar with it, worst Σ_j dK_j 1.4e-6 / 1.6e-6); one dK GEMM and a third
-  // of the split fewer than three parts (GPROJ_BWD_VARIANT=3), +5-10% measured.
-  static constexpr bool kTwoParts = kTwoParts_;
+  // gproj: the rounded parts of A that enter the dK GEMM, one GEMM each.
+  //   1 (the default): A rounded once; its rows then sum to zero only to bf16 rounding, so the
+  //     epilogue writes fp32 dK and dk_project.cuh restores Σ_j dK_j = 0 afterwards (emulator:
+  //     dK errors as with two parts, Σ_j dK_j 0.002x the bar; NOTES.md session 7);
+  //   2: hi + lo ("2a": the CPU emulator and the H200 grid meet every bar with it, worst Σ_j dK_j
+  //     1.4e-6 / 1.6e-6), GPROJ_BWD_VARIANT=6; 3: hi + mid + lo, the mma.sync form, variant 3.
+  static constexpr int kAParts = kAParts_;
+  static_assert(kAParts >= 1 && kAParts <= 3, "A in 1, 2 or 3 rounded parts");
+  // One part: dK leaves in fp32 (p.dk_accum) for the zero-sum projection.
+  static constexpr bool kProjectsDk = kGProj_ && kAParts == 1;
   using Element = typename CuteElement<T_>::type;
   // With no dS~ / dQ buffers the shared memory holds a third Q / dO / Q' stage (two measured the
   // same, within 2%: NOTES.md session 6).
@@ -453,13 +460,13 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       float lam_dq[2] = {0.f, 0.f};  // gproj: lambda_hi of this lane's two dQ rows
       if constexpr (kGProj) {
         // A = dS~ - lambda P~ in fp32 from the rounded values the GEMMs see (every row sums to
-        // zero to fp32 rounding), as rounded parts hi + mid + lo (~24 bits: see
-        // bwd_dkdv_kernel.cuh for why three) or, kTwoParts, hi + lo ("2a").
+        // zero to fp32 rounding), as kAParts rounded parts: hi (then projected), hi + lo ("2a"),
+        // or hi + mid + lo (~24 bits: bwd_dkdv_kernel.cuh says why three there).
         Tensor p_rc = make_tensor(tOrP.data(), acc_rowcol(tSrS.layout()));
         Tensor ds_rc = make_tensor(tOrDS.data(), acc_rowcol(tSrDP.layout()));
         Tensor tAhi = make_tensor_like<Element>(tSrS);
-        Tensor tAmid = make_tensor_like<Element>(tSrS);
-        Tensor tAlo = make_tensor_like<Element>(tSrS);
+        Tensor tAmid = make_tensor_like<Element>(tSrS);  // (unused below 3 parts: no registers)
+        Tensor tAlo = make_tensor_like<Element>(tSrS);   // (unused with 1 part)
         Tensor hi_rc = make_tensor(tAhi.data(), acc_rowcol(tSrS.layout()));
         Tensor mid_rc = make_tensor(tAmid.data(), acc_rowcol(tSrS.layout()));
         Tensor lo_rc = make_tensor(tAlo.data(), acc_rowcol(tSrS.layout()));
@@ -482,12 +489,13 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
             const float a0 = fmaf(-lo2.x, pt.x, fmaf(-dl2.y, pt.x, ds.x));
             const float a1 = fmaf(-lo2.y, pt.y, fmaf(-dl2.w, pt.y, ds.y));
             const uint32_t hi = pack2<T>(a0, a1);
-            const float2 hf = unpack2<T>(hi);
-            const float r0 = a0 - hf.x, r1 = a1 - hf.y;
             pair(hi_rc, r, j) = hi;
-            if constexpr (Traits::kTwoParts) {
-              pair(lo_rc, r, j) = pack2<T>(r0, r1);
-            } else {
+            if constexpr (Traits::kAParts == 2) {
+              const float2 hf = unpack2<T>(hi);
+              pair(lo_rc, r, j) = pack2<T>(a0 - hf.x, a1 - hf.y);
+            } else if constexpr (Traits::kAParts == 3) {
+              const float2 hf = unpack2<T>(hi);
+              const float r0 = a0 - hf.x, r1 = a1 - hf.y;
               const uint32_t mid = pack2<T>(r0, r1);
               const float2 mf = unpack2<T>(mid);
               pair(mid_rc, r, j) = mid;
@@ -501,11 +509,12 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         for (int r = 0; r < kRows; ++r) colsum[r] += double(tile_sum[r]);
         wg_gemm<false>(mma_kv, make_tensor(tAhi.data(), acc_to_a_layout(tSrS.layout())),
                        tKVrQct(_, _, _, rd.index()), tdKrdK);
-        if constexpr (!Traits::kTwoParts)
+        if constexpr (Traits::kAParts == 3)
           wg_gemm<false>(mma_kv, make_tensor(tAmid.data(), acc_to_a_layout(tSrS.layout())),
                          tKVrQct(_, _, _, rd.index()), tdKrdK);
-        wg_gemm<false>(mma_kv, make_tensor(tAlo.data(), acc_to_a_layout(tSrS.layout())),
-                       tKVrQct(_, _, _, rd.index()), tdKrdK);
+        if constexpr (Traits::kAParts >= 2)
+          wg_gemm<false>(mma_kv, make_tensor(tAlo.data(), acc_to_a_layout(tSrS.layout())),
+                         tKVrQct(_, _, _, rd.index()), tdKrdK);
         if constexpr (Traits::kDqHere) {
           // read before the barrier: after it, a faster warpgroup may refill row_dl[it & 1]
           lam_dq[0] = row_dl[get<0>(tdQcdQ(0))].y;
@@ -602,24 +611,27 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   float* gDKacc = p.dk_accum ? reinterpret_cast<float*>(p.dk_accum) + b * p.dk_stride[0] +
                                    k_row0 * p.dk_stride[1] + hk * p.dk_stride[2]
                              : nullptr;
+  // One part of A (kProjectsDk): dK leaves in fp32 only (p.dk_accum); dk_project.cuh rounds it
+  // after the zero-sum projection.
   CUTLASS_PRAGMA_UNROLL
   for (int i = 0; i < size(tdKrdK); i += 2) {
     const int j = get<0>(tdKcdK(i)), col = get<1>(tdKcdK(i));
     if (n0 + j >= n_end) continue;
     const float k0 = p.softmax_scale * tdKrdK(i), k1 = p.softmax_scale * tdKrdK(i + 1);
-    *reinterpret_cast<uint32_t*>(gDK + int64_t(j) * p.dk_stride[1] + col) = pack2<T>(k0, k1);
+    if constexpr (!Traits::kProjectsDk)
+      *reinterpret_cast<uint32_t*>(gDK + int64_t(j) * p.dk_stride[1] + col) = pack2<T>(k0, k1);
     *reinterpret_cast<uint32_t*>(gDV + int64_t(j) * p.dv_stride[1] + col) =
         pack2<T>(tdVrdV(i), tdVrdV(i + 1));
-    if (gDKacc)
+    if (Traits::kProjectsDk || gDKacc)
       *reinterpret_cast<float2*>(gDKacc + int64_t(j) * p.dk_stride[1] + col) = make_float2(k0, k1);
   }
 #endif
 }
 
-template <typename T, int kHeadDim, bool kGProj, bool kTwoParts = false, bool kDqHere = !kGProj,
+template <typename T, int kHeadDim, bool kGProj, int kAParts = 3, bool kDqHere = !kGProj,
           int kMmaWGs = 2>
 void run_bwd_kv(const AttnParams& p, int total_q, int total_k) {
-  using Traits = BwdKvTraits<T, kHeadDim, kGProj, kTwoParts, kDqHere, kMmaWGs>;
+  using Traits = BwdKvTraits<T, kHeadDim, kGProj, kAParts, kDqHere, kMmaWGs>;
   const bool varlen = p.cu_seqlens_q != 0;
   BwdKvParams<Traits> prm;
   set_tma_extents(prm, p, total_q, total_k);

@@ -64,6 +64,7 @@ PYBIND11_MODULE(_C, m) {
       .def_readwrite("dk", &AttnParams::dk)
       .def_readwrite("dv", &AttnParams::dv)
       .def_readwrite("dk_accum", &AttnParams::dk_accum)
+      .def_readwrite("dk_unprojected", &AttnParams::dk_unprojected)
       .def_readwrite("dk_keysum", &AttnParams::dk_keysum)
       .def_readwrite("dq_accum", &AttnParams::dq_accum)
       .def_readwrite("pk_accum", &AttnParams::pk_accum)

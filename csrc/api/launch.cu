@@ -219,8 +219,9 @@ int run_backward(const AttnParams& p, char* err, size_t err_len) {
       if (device_arch(p.device) < 90) fail("backward_passes 8 (Hopper KV-outer backward) needs sm_90 (Hopper)");
       if (p.partial) fail("backward_passes 8 (Hopper KV-outer backward) has no partial mode");
       if (hopper_bwd_projects_dk(p)) {
-        require_ptr(p.dk_accum, "dk_accum (fp32 dK before the projection)");
-        require_ptr(p.dk_keysum, "dk_keysum (fp64, batch x heads_k x ceil(seqlen_k / 128) x (head_dim + 1))");
+        require_ptr(p.dk_unprojected, "dk_unprojected (fp32, dk's strides)");
+        require_ptr(p.dk_keysum, "dk_keysum (fp64, batch x heads_k x ceil(seqlen_k / 64) x (head_dim + 1))");
+        if (p.dk_unprojected % 16) fail("dk_unprojected must be 16-byte aligned");
       }
       if (hopper_bwd_uses_dq_accum(p)) require_ptr(p.dq_accum, "dq_accum (fp32, zero-filled, heads x dq_accum_tiles x 64 x head_dim: csrc/common/tile.cuh)");
     }  // (out, dq, dk, dv and their strides: checked below as for passes 1 and 2)

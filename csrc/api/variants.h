@@ -39,7 +39,7 @@ inline int bwd_variant() {
   return (v != nullptr && v[0] >= '3' && v[0] <= '6' && v[1] == '\0') ? v[0] - '0' : 0;
 }
 
-// Whether the gproj Hopper backward rounds A once and projects dK (needs dk_accum, dk_keysum).
+// Whether the gproj Hopper backward rounds A once and projects dK (needs dk_unprojected, dk_keysum).
 inline bool hopper_bwd_projects_dk(const AttnParams& p) {
   const int v = bwd_variant();
   return p.numerics == int(Numerics::kGProj) && v != 3 && v != 4 && v != 6;

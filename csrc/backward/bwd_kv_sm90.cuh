@@ -36,6 +36,7 @@
 #include "../backward/bwd_common.cuh"
 #include "../common/sm90.cuh"
 #include "../common/tile.cuh"
+#include "../prepost/dk_project.cuh"
 
 namespace gproj {
 namespace sm90 {
@@ -62,7 +63,7 @@ struct BwdKvTraits {
   //     1.4e-6 / 1.6e-6), GPROJ_BWD_VARIANT=6; 3: hi + mid + lo, the mma.sync form, variant 3.
   static constexpr int kAParts = kAParts_;
   static_assert(kAParts >= 1 && kAParts <= 3, "A in 1, 2 or 3 rounded parts");
-  // One part: dK leaves in fp32 (p.dk_accum) for the zero-sum projection.
+  // One part: dK leaves in fp32 (p.dk_unprojected) for the zero-sum projection.
   static constexpr bool kProjectsDk = kGProj_ && kAParts == 1;
   using Element = typename CuteElement<T_>::type;
   // With no dS~ / dQ buffers the shared memory holds a third Q / dO / Q' stage (two measured the
@@ -169,6 +170,12 @@ struct BwdKvParams {
 // consumer warpgroup is wg_sync (11-13; sm90.cuh).
 __device__ __forceinline__ void consumers_sync() {
   asm volatile("bar.sync 10, 256;\n" ::: "memory");
+}
+
+// Every consumer thread of the block (named barrier 14; the producer has left by then).
+template <int kThreads>
+__device__ __forceinline__ void all_consumers_sync() {
+  asm volatile("bar.sync 14, %0;\n" ::"n"(kThreads) : "memory");
 }
 
 // cp.async of one 8- or 16-byte value, zero-filled (nothing read) when !ok.
@@ -611,8 +618,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   float* gDKacc = p.dk_accum ? reinterpret_cast<float*>(p.dk_accum) + b * p.dk_stride[0] +
                                    k_row0 * p.dk_stride[1] + hk * p.dk_stride[2]
                              : nullptr;
-  // One part of A (kProjectsDk): dK leaves in fp32 only (p.dk_accum); dk_project.cuh rounds it
-  // after the zero-sum projection.
+  // One part of A (kProjectsDk): dK leaves in fp32 only (p.dk_unprojected), with its key sums
+  // below; dk_project.cuh projects it and rounds it once.
+  float* gDKf = Traits::kProjectsDk ? reinterpret_cast<float*>(p.dk_unprojected) + b * p.dk_stride[0] +
+                                          k_row0 * p.dk_stride[1] + hk * p.dk_stride[2]
+                                    : gDKacc;
   CUTLASS_PRAGMA_UNROLL
   for (int i = 0; i < size(tdKrdK); i += 2) {
     const int j = get<0>(tdKcdK(i)), col = get<1>(tdKcdK(i));
@@ -622,8 +632,58 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       *reinterpret_cast<uint32_t*>(gDK + int64_t(j) * p.dk_stride[1] + col) = pack2<T>(k0, k1);
     *reinterpret_cast<uint32_t*>(gDV + int64_t(j) * p.dv_stride[1] + col) =
         pack2<T>(tdVrdV(i), tdVrdV(i + 1));
-    if (Traits::kProjectsDk || gDKacc)
-      *reinterpret_cast<float2*>(gDKacc + int64_t(j) * p.dk_stride[1] + col) = make_float2(k0, k1);
+    if (gDKf)
+      *reinterpret_cast<float2*>(gDKf + int64_t(j) * p.dk_stride[1] + col) = make_float2(k0, k1);
+  }
+  if constexpr (Traits::kProjectsDk) {
+    // This block's Σ_j dK_j (per column) and Σ_j ||dK_j|| in fp64, in a fixed order (a lane's two
+    // keys, the eight lanes that share its columns, then the warps in order) into
+    // p.dk_keysum[b][hk][n_block], from exactly the fp32 values written above.
+    Tensor dk_rc = make_tensor(tdKrdK.data(), acc_rowcol(tdKrdK.layout()));
+    Tensor dkc_rc = make_tensor(tdKcdK.data(), acc_rowcol(tdKcdK.layout()));
+    constexpr int kCols = decltype(size<1>(dk_rc))::value;
+    double colsum_dk[kCols];
+    double norms = 0.0;
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < kCols; ++j) colsum_dk[j] = 0.0;
+    CUTLASS_PRAGMA_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      const bool ok = n0 + get<0>(dkc_rc(r, 0)) < n_end;
+      float sq = 0.f;
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kCols; ++j) {
+        const float x = ok ? p.softmax_scale * dk_rc(r, j) : 0.f;
+        sq = fmaf(x, x, sq);
+        colsum_dk[j] += double(x);
+      }
+      const float norm = sqrtf(quad_sum(sq));
+      if ((tid & 3) == 0) norms += double(norm);  // the row's norm, once per quad
+    }
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < kCols; ++j)
+      CUTLASS_PRAGMA_UNROLL
+      for (int m = 4; m < 32; m <<= 1) colsum_dk[j] += __shfl_xor_sync(0xffffffffu, colsum_dk[j], m);
+    CUTLASS_PRAGMA_UNROLL
+    for (int m = 1; m < 32; m <<= 1) norms += __shfl_xor_sync(0xffffffffu, norms, m);
+    // Staged in the Q ring (every consumer's last GEMM has been waited on; the producer is done).
+    constexpr int kWarps = Traits::kNumMmaThreads / 32, kRow = kHeadDim + 1;
+    double* part = reinterpret_cast<double*>(ss.q.data());
+    static_assert(kWarps * kRow * sizeof(double) <= sizeof(ss.q), "key sums fit in the Q ring");
+    const int warp = tid / 32, lane = tid & 31;
+    all_consumers_sync<Traits::kNumMmaThreads>();
+    if (lane < 4) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kCols; ++j) part[warp * kRow + get<1>(dkc_rc(0, j))] = colsum_dk[j];
+    }
+    if (lane == 0) part[warp * kRow + kHeadDim] = norms;
+    all_consumers_sync<Traits::kNumMmaThreads>();
+    double* out = reinterpret_cast<double*>(p.dk_keysum) +
+                  ((int64_t(b) * p.heads_k + hk) * dk_keysum_blocks(p) + n_block) * kRow;
+    for (int t = tid; t < kRow; t += Traits::kNumMmaThreads) {
+      double acc = 0.0;
+      for (int w = 0; w < kWarps; ++w) acc += part[w * kRow + t];
+      out[t] = acc;
+    }
   }
 #endif
 }

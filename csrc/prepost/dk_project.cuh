@@ -14,11 +14,11 @@
 // residual the bar measures, ≤ 5e-4 here), far below one bf16 rounding (2^-9). Uniform weights
 // failed the per-key bar (a key with a tiny gradient received the whole mean; NOTES.md session 7).
 //
-//   dk_keysum_kernel: per chunk of kKeysumRows keys, Σ_j dK_j (head dim values) and Σ_j ||dK_j||
-//                     into p.dk_keysum (fp64), in a fixed order;
-//   dk_project_kernel: sums the chunks in order, projects dK (fp32, p.dk_accum, in place: the
-//                     value before the final rounding) and rounds it once into p.dk.
-// Both read fp32 dK once (memory-bound: ~0.1 ms at N = 16k, 16 kv heads, d = 128). Bitwise
+// The KV-outer pass's epilogue writes the fp32 dK (p.dk_unprojected) and, per block of keys,
+// Σ_j dK_j (head dim values) and Σ_j ||dK_j|| in fp64 (p.dk_keysum); dk_project_kernel sums the
+// blocks in order, projects, and rounds once into p.dk (and, if the caller asked for it, writes
+// the projected fp32 dK into p.dk_accum: the value the SPEC's bar is measured on). One read of
+// the fp32 dK, one bf16 write: ~50 µs at 16k tokens x 16 kv heads x d = 128. Bitwise
 // reproducible: every sum has a fixed order.
 #pragma once
 #include <cuda_runtime.h>
@@ -30,8 +30,12 @@
 
 namespace gproj {
 
-constexpr int kKeysumRows = 128;   // keys per chunk (gproj_cuda/ops.py allocates p.dk_keysum so)
-constexpr int kKeysumWarps = 4;    // 32 keys per warp
+constexpr int kProjectRows = 128;  // keys per block of dk_project_kernel
+constexpr int kProjectWarps = 4;   // 32 keys per warp
+
+// Blocks of keys per (sequence, kv head) that p.dk_keysum has room for: one per 64 keys of the
+// longest sequence, the smallest KV-outer block (gproj_cuda/ops.py allocates it so).
+__host__ __device__ inline int dk_keysum_blocks(const AttnParams& p) { return (p.seqlen_k + 63) / 64; }
 
 // One key's fp32 dK row: lane l holds columns [l V, l V + V). Returns ||row|| (the same value in
 // every lane: the xor butterfly adds the same pairs in every lane).
@@ -54,91 +58,56 @@ __device__ __forceinline__ float load_key_row(const float* row, int lane, float 
   return sqrtf(ss);
 }
 
-__device__ __forceinline__ int keysum_chunks(const AttnParams& p) {
-  return (p.seqlen_k + kKeysumRows - 1) / kKeysumRows;
-}
-
-// Grid: (keysum_chunks, heads_k, batch).
-template <int D>
-__global__ void __launch_bounds__(32 * kKeysumWarps, 8) dk_keysum_kernel(const AttnParams p) {
-  constexpr int V = D / 32;
-  const int chunk = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const SeqBounds seq(p, b);
-  const float* dk = reinterpret_cast<const float*>(p.dk_accum) + b * p.dk_stride[0] +
-                    int64_t(seq.k_start) * p.dk_stride[1] + hk * p.dk_stride[2];
-  double col[V] = {}, norms = 0.0;
-  const int j0 = chunk * kKeysumRows + warp * 32;
-  for (int j = j0; j < min(j0 + 32, seq.nk); ++j) {
-    float x[V];
-    norms += load_key_row<D>(dk + int64_t(j) * p.dk_stride[1], lane, x);
-#pragma unroll
-    for (int e = 0; e < V; ++e) col[e] += x[e];
-  }
-  __shared__ double part[kKeysumWarps][D + 1];
-#pragma unroll
-  for (int e = 0; e < V; ++e) part[warp][V * lane + e] = col[e];
-  if (lane == 0) part[warp][D] = norms;
-  __syncthreads();
-  double* out = reinterpret_cast<double*>(p.dk_keysum) +
-                ((int64_t(b) * p.heads_k + hk) * keysum_chunks(p) + chunk) * (D + 1);
-  for (int t = threadIdx.x; t <= D; t += blockDim.x) {
-    double s = 0.0;
-#pragma unroll
-    for (int w = 0; w < kKeysumWarps; ++w) s += part[w][t];
-    out[t] = s;
-  }
-}
-
-// Grid: (keysum_chunks, heads_k, batch); each block sums the whole sequence's chunks (a few KB
-// from L2) and projects its own chunk of keys.
+// Grid: (ceil(seqlen_k / kProjectRows), heads_k, batch); each block sums the sequence's key
+// sums (one per KV-outer block of kv_block_keys keys; a few KB from L2) and projects its own
+// kProjectRows keys.
 template <typename T, int D>
-__global__ void __launch_bounds__(32 * kKeysumWarps, 8) dk_project_kernel(const AttnParams p) {
+__global__ void __launch_bounds__(32 * kProjectWarps, 8)
+    dk_project_kernel(const AttnParams p, int kv_block_keys) {
   constexpr int V = D / 32;
   const int chunk = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const SeqBounds seq(p, b);
-  if (chunk * kKeysumRows >= seq.nk) return;  // uniform for the block
-  __shared__ double total[D + 1];              // Σ_j dK_j, then Σ_j ||dK_j||
+  if (chunk * kProjectRows >= seq.nk) return;  // uniform for the block
+  __shared__ double total[D + 1];               // Σ_j dK_j, then Σ_j ||dK_j||
   const double* sums = reinterpret_cast<const double*>(p.dk_keysum) +
-                       (int64_t(b) * p.heads_k + hk) * keysum_chunks(p) * (D + 1);
-  const int chunks = (seq.nk + kKeysumRows - 1) / kKeysumRows;
+                       (int64_t(b) * p.heads_k + hk) * dk_keysum_blocks(p) * (D + 1);
+  const int blocks = (seq.nk + kv_block_keys - 1) / kv_block_keys;
   for (int t = threadIdx.x; t <= D; t += blockDim.x) {
     double s = 0.0;
-    for (int c = 0; c < chunks; ++c) s += sums[int64_t(c) * (D + 1) + t];
+    for (int c = 0; c < blocks; ++c) s += sums[int64_t(c) * (D + 1) + t];
     total[t] = s;
   }
   __syncthreads();
   const double inv_norms = total[D] > 0.0 ? 1.0 / total[D] : 0.0;
   const int64_t off = b * p.dk_stride[0] + int64_t(seq.k_start) * p.dk_stride[1] + hk * p.dk_stride[2];
-  float* acc = reinterpret_cast<float*>(p.dk_accum) + off;
+  const float* in = reinterpret_cast<const float*>(p.dk_unprojected) + off;
+  float* acc = p.dk_accum ? reinterpret_cast<float*>(p.dk_accum) + off : nullptr;  // may be `in`
   T* dk = reinterpret_cast<T*>(p.dk) + off;
-  const int j0 = chunk * kKeysumRows + warp * 32;
+  const int j0 = chunk * kProjectRows + warp * 32;
   for (int j = j0; j < min(j0 + 32, seq.nk); ++j) {
+    const int64_t row = int64_t(j) * p.dk_stride[1] + V * lane;
     float x[V];
-    const double w = double(load_key_row<D>(acc + int64_t(j) * p.dk_stride[1], lane, x)) * inv_norms;
+    const double w = double(load_key_row<D>(in + int64_t(j) * p.dk_stride[1], lane, x)) * inv_norms;
 #pragma unroll
     for (int e = 0; e < V; ++e) x[e] = float(double(x[e]) - w * total[V * lane + e]);
-    float* ra = acc + int64_t(j) * p.dk_stride[1] + V * lane;
-    T* rk = dk + int64_t(j) * p.dk_stride[1] + V * lane;
     if constexpr (V == 4) {
-      *reinterpret_cast<float4*>(ra) = make_float4(x[0], x[1], x[2], x[3]);
-      *reinterpret_cast<uint2*>(rk) = make_uint2(pack2<T>(x[0], x[1]), pack2<T>(x[2], x[3]));
+      *reinterpret_cast<uint2*>(dk + row) = make_uint2(pack2<T>(x[0], x[1]), pack2<T>(x[2], x[3]));
+      if (acc) *reinterpret_cast<float4*>(acc + row) = make_float4(x[0], x[1], x[2], x[3]);
     } else {
-      *reinterpret_cast<float2*>(ra) = make_float2(x[0], x[1]);
-      *reinterpret_cast<uint32_t*>(rk) = pack2<T>(x[0], x[1]);
+      *reinterpret_cast<uint32_t*>(dk + row) = pack2<T>(x[0], x[1]);
+      if (acc) *reinterpret_cast<float2*>(acc + row) = make_float2(x[0], x[1]);
     }
   }
 }
 
+// After the KV-outer pass whose blocks hold kv_block_keys keys each.
 template <typename T, int D>
-void launch_dk_project(const AttnParams& p) {
-  const dim3 grid((p.seqlen_k + kKeysumRows - 1) / kKeysumRows, p.heads_k, p.batch);
+void launch_dk_project(const AttnParams& p, int kv_block_keys) {
+  const dim3 grid((p.seqlen_k + kProjectRows - 1) / kProjectRows, p.heads_k, p.batch);
   if (grid.x == 0) return;
-  auto stream = reinterpret_cast<cudaStream_t>(p.stream);
-  dk_keysum_kernel<D><<<grid, 32 * kKeysumWarps, 0, stream>>>(p);
-  check_cuda(cudaGetLastError(), "backward dK key sums");
-  dk_project_kernel<T, D><<<grid, 32 * kKeysumWarps, 0, stream>>>(p);
+  dk_project_kernel<T, D><<<grid, 32 * kProjectWarps, 0, reinterpret_cast<cudaStream_t>(p.stream)>>>(
+      p, kv_block_keys);
   check_cuda(cudaGetLastError(), "backward dK projection");
 }
 

@@ -31,42 +31,23 @@
 namespace gproj {
 
 constexpr int kProjectRows = 128;  // keys per block of dk_project_kernel
-constexpr int kProjectWarps = 4;   // 32 keys per warp
+constexpr int kProjectWarps = 8;
+constexpr int kProjectUnroll = 4;  // key rows each lane group has in flight
 
 // Blocks of keys per (sequence, kv head) that p.dk_keysum has room for: one per 64 keys of the
 // longest sequence, the smallest KV-outer block (gproj_cuda/ops.py allocates it so).
 __host__ __device__ inline int dk_keysum_blocks(const AttnParams& p) { return (p.seqlen_k + 63) / 64; }
 
-// One key's fp32 dK row: lane l holds columns [l V, l V + V). Returns ||row|| (the same value in
-// every lane: the xor butterfly adds the same pairs in every lane).
-template <int D>
-__device__ __forceinline__ float load_key_row(const float* row, int lane, float (&x)[D / 32]) {
-  constexpr int V = D / 32;
-  static_assert(V == 2 || V == 4, "head dim 64 or 128");
-  if constexpr (V == 4) {
-    const float4 t = *reinterpret_cast<const float4*>(row + 4 * lane);
-    x[0] = t.x, x[1] = t.y, x[2] = t.z, x[3] = t.w;
-  } else {
-    const float2 t = *reinterpret_cast<const float2*>(row + 2 * lane);
-    x[0] = t.x, x[1] = t.y;
-  }
-  float ss = 0.f;
-#pragma unroll
-  for (int e = 0; e < V; ++e) ss = fmaf(x[e], x[e], ss);
-#pragma unroll
-  for (int m = 16; m > 0; m >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, m);
-  return sqrtf(ss);
-}
-
-// Grid: (ceil(seqlen_k / kProjectRows), heads_k, batch); each block sums the sequence's key
-// sums (one per KV-outer block of kv_block_keys keys; a few KB from L2) and projects its own
-// kProjectRows keys.
+// Grid: (ceil(seqlen_k / kProjectRows), heads_k, batch). Each block sums the sequence's key sums
+// (one per KV-outer block of kv_block_keys keys, in order; a few KB from L2), then projects its
+// own kProjectRows keys: a group of D / 4 lanes per key row (a float4 each), several rows in
+// flight per group (the kernel is bound by the latency of its loads otherwise).
 template <typename T, int D>
-__global__ void __launch_bounds__(32 * kProjectWarps, 8)
+__global__ void __launch_bounds__(32 * kProjectWarps)
     dk_project_kernel(const AttnParams p, int kv_block_keys) {
-  constexpr int V = D / 32;
+  constexpr int kLanes = D / 4, kGroups = 32 * kProjectWarps / kLanes;  // lane groups per block
+  static_assert(D == 64 || D == 128, "head dim 64 or 128");
   const int chunk = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const SeqBounds seq(p, b);
   if (chunk * kProjectRows >= seq.nk) return;  // uniform for the block
   __shared__ double total[D + 1];               // Σ_j dK_j, then Σ_j ||dK_j||
@@ -75,7 +56,13 @@ __global__ void __launch_bounds__(32 * kProjectWarps, 8)
   const int blocks = (seq.nk + kv_block_keys - 1) / kv_block_keys;
   for (int t = threadIdx.x; t <= D; t += blockDim.x) {
     double s = 0.0;
-    for (int c = 0; c < blocks; ++c) s += sums[int64_t(c) * (D + 1) + t];
+    for (int c0 = 0; c0 < blocks; c0 += 8) {  // eight loads in flight, added in order
+      double x[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) x[u] = c0 + u < blocks ? sums[int64_t(c0 + u) * (D + 1) + t] : 0.0;
+#pragma unroll
+      for (int u = 0; u < 8; ++u) s += x[u];
+    }
     total[t] = s;
   }
   __syncthreads();
@@ -84,19 +71,36 @@ __global__ void __launch_bounds__(32 * kProjectWarps, 8)
   const float* in = reinterpret_cast<const float*>(p.dk_unprojected) + off;
   float* acc = p.dk_accum ? reinterpret_cast<float*>(p.dk_accum) + off : nullptr;  // may be `in`
   T* dk = reinterpret_cast<T*>(p.dk) + off;
-  const int j0 = chunk * kProjectRows + warp * 32;
-  for (int j = j0; j < min(j0 + 32, seq.nk); ++j) {
-    const int64_t row = int64_t(j) * p.dk_stride[1] + V * lane;
-    float x[V];
-    const double w = double(load_key_row<D>(in + int64_t(j) * p.dk_stride[1], lane, x)) * inv_norms;
+  const int group = threadIdx.x / kLanes, col = 4 * (threadIdx.x % kLanes);
+  const int j_end = min((chunk + 1) * kProjectRows, seq.nk);
+  for (int j0 = chunk * kProjectRows + group; j0 < j_end; j0 += kGroups * kProjectUnroll) {
+    float4 x[kProjectUnroll];
+    float ss[kProjectUnroll];
 #pragma unroll
-    for (int e = 0; e < V; ++e) x[e] = float(double(x[e]) - w * total[V * lane + e]);
-    if constexpr (V == 4) {
-      *reinterpret_cast<uint2*>(dk + row) = make_uint2(pack2<T>(x[0], x[1]), pack2<T>(x[2], x[3]));
-      if (acc) *reinterpret_cast<float4*>(acc + row) = make_float4(x[0], x[1], x[2], x[3]);
-    } else {
-      *reinterpret_cast<uint32_t*>(dk + row) = pack2<T>(x[0], x[1]);
-      if (acc) *reinterpret_cast<float2*>(acc + row) = make_float2(x[0], x[1]);
+    for (int u = 0; u < kProjectUnroll; ++u) {
+      const int j = j0 + u * kGroups;
+      x[u] = j < j_end ? *reinterpret_cast<const float4*>(in + int64_t(j) * p.dk_stride[1] + col)
+                       : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+#pragma unroll
+    for (int u = 0; u < kProjectUnroll; ++u) {
+      ss[u] = fmaf(x[u].w, x[u].w, fmaf(x[u].z, x[u].z, fmaf(x[u].y, x[u].y, x[u].x * x[u].x)));
+      // the row's squared norm across its lane group (xor stays inside an aligned group)
+#pragma unroll
+      for (int m = kLanes / 2; m > 0; m >>= 1) ss[u] += __shfl_xor_sync(0xffffffffu, ss[u], m);
+    }
+#pragma unroll
+    for (int u = 0; u < kProjectUnroll; ++u) {
+      const int j = j0 + u * kGroups;
+      if (j >= j_end) continue;
+      const double w = double(sqrtf(ss[u])) * inv_norms;
+      const float y0 = float(double(x[u].x) - w * total[col]);
+      const float y1 = float(double(x[u].y) - w * total[col + 1]);
+      const float y2 = float(double(x[u].z) - w * total[col + 2]);
+      const float y3 = float(double(x[u].w) - w * total[col + 3]);
+      const int64_t row = int64_t(j) * p.dk_stride[1] + col;
+      *reinterpret_cast<uint2*>(dk + row) = make_uint2(pack2<T>(y0, y1), pack2<T>(y2, y3));
+      if (acc) *reinterpret_cast<float4*>(acc + row) = make_float4(y0, y1, y2, y3);
     }
   }
 }

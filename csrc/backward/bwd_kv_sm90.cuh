@@ -172,10 +172,12 @@ __device__ __forceinline__ void consumers_sync() {
   asm volatile("bar.sync 10, 256;\n" ::: "memory");
 }
 
-// Every consumer thread of the block (named barrier 14; the producer has left by then).
+// Every consumer thread of the block (named barrier 14; the producer has left by then). The
+// non-.aligned form, after a __syncwarp: it follows lane-divergent code.
 template <int kThreads>
 __device__ __forceinline__ void all_consumers_sync() {
-  asm volatile("bar.sync 14, %0;\n" ::"n"(kThreads) : "memory");
+  __syncwarp();
+  asm volatile("barrier.sync 14, %0;\n" ::"n"(kThreads) : "memory");
 }
 
 // cp.async of one 8- or 16-byte value, zero-filled (nothing read) when !ok.

@@ -15,11 +15,11 @@
 // failed the per-key bar (a key with a tiny gradient received the whole mean; NOTES.md session 7).
 //
 // The KV-outer pass's epilogue writes the fp32 dK (p.dk_unprojected) and, per block of keys,
-// Σ_j dK_j (head dim values) and Σ_j ||dK_j|| in fp64 (p.dk_keysum); dk_project_kernel sums the
-// blocks in order, projects, and rounds once into p.dk (and, if the caller asked for it, writes
-// the projected fp32 dK into p.dk_accum: the value the SPEC's bar is measured on). One read of
-// the fp32 dK, one bf16 write: ~50 µs at 16k tokens x 16 kv heads x d = 128. Bitwise
-// reproducible: every sum has a fixed order.
+// Σ_j dK_j (head dim values) and Σ_j ||dK_j|| in fp64 (p.dk_keysum); dk_keysum_total_kernel sums
+// the blocks in order; dk_project_kernel projects and rounds once into p.dk (and, where the
+// caller asked for it, writes the projected fp32 dK into p.dk_accum: the value the SPEC's bar is
+// measured on). One read of the fp32 dK and one bf16 write. Bitwise reproducible: every sum has a
+// fixed order.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -38,13 +38,47 @@ constexpr int kProjectUnroll = 4;  // key rows each lane group has in flight
 // longest sequence, the smallest KV-outer block (gproj_cuda/ops.py allocates it so).
 __host__ __device__ inline int dk_keysum_blocks(const AttnParams& p) { return (p.seqlen_k + 63) / 64; }
 
-// Grid: (ceil(seqlen_k / kProjectRows), heads_k, batch). Each block sums the sequence's key sums
-// (one per KV-outer block of kv_block_keys keys, in order; a few KB from L2), then projects its
-// own kProjectRows keys: a group of D / 4 lanes per key row (a float4 each), several rows in
-// flight per group (the kernel is bound by the latency of its loads otherwise).
+// Grid: (heads_k, batch). Σ over the sequence's KV-outer blocks (kv_block_keys keys each) of
+// their key sums, in place into block 0's slot: columns split between kParts threads that sum
+// consecutive runs of blocks, eight loads in flight, then the runs added in order.
+template <int D>
+__global__ void __launch_bounds__(512) dk_keysum_total_kernel(const AttnParams p, int kv_block_keys) {
+  constexpr int kCols = D + 1, kParts = 512 / kCols;
+  const int hk = blockIdx.x, b = blockIdx.y;
+  const SeqBounds seq(p, b);
+  double* sums = reinterpret_cast<double*>(p.dk_keysum) +
+                 (int64_t(b) * p.heads_k + hk) * dk_keysum_blocks(p) * kCols;
+  const int blocks = (seq.nk + kv_block_keys - 1) / kv_block_keys;
+  const int per = (blocks + kParts - 1) / kParts;
+  const int t = threadIdx.x % kCols, part = threadIdx.x / kCols;
+  __shared__ double run[kParts][kCols];
+  if (part < kParts) {
+    const int c_begin = part * per, c_end = min(blocks, c_begin + per);
+    double s = 0.0;
+    for (int c0 = c_begin; c0 < c_end; c0 += 8) {
+      double x[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) x[u] = c0 + u < c_end ? sums[int64_t(c0 + u) * kCols + t] : 0.0;
+#pragma unroll
+      for (int u = 0; u < 8; ++u) s += x[u];
+    }
+    run[part][t] = s;
+  }
+  __syncthreads();
+  if (part == 0 && blocks > 0) {
+    double s = 0.0;
+#pragma unroll
+    for (int k = 0; k < kParts; ++k) s += run[k][t];
+    sums[t] = s;
+  }
+}
+
+// Grid: (ceil(seqlen_k / kProjectRows), heads_k, batch). Each block projects kProjectRows keys
+// with the totals dk_keysum_total_kernel left in block 0's slot: a group of D / 4 lanes per key
+// row (a float4 each), several rows in flight per group (the kernel is bound by the latency of
+// its loads otherwise).
 template <typename T, int D>
-__global__ void __launch_bounds__(32 * kProjectWarps)
-    dk_project_kernel(const AttnParams p, int kv_block_keys) {
+__global__ void __launch_bounds__(32 * kProjectWarps) dk_project_kernel(const AttnParams p) {
   constexpr int kLanes = D / 4, kGroups = 32 * kProjectWarps / kLanes;  // lane groups per block
   static_assert(D == 64 || D == 128, "head dim 64 or 128");
   const int chunk = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
@@ -53,18 +87,7 @@ __global__ void __launch_bounds__(32 * kProjectWarps)
   __shared__ double total[D + 1];               // Σ_j dK_j, then Σ_j ||dK_j||
   const double* sums = reinterpret_cast<const double*>(p.dk_keysum) +
                        (int64_t(b) * p.heads_k + hk) * dk_keysum_blocks(p) * (D + 1);
-  const int blocks = (seq.nk + kv_block_keys - 1) / kv_block_keys;
-  for (int t = threadIdx.x; t <= D; t += blockDim.x) {
-    double s = 0.0;
-    for (int c0 = 0; c0 < blocks; c0 += 8) {  // eight loads in flight, added in order
-      double x[8];
-#pragma unroll
-      for (int u = 0; u < 8; ++u) x[u] = c0 + u < blocks ? sums[int64_t(c0 + u) * (D + 1) + t] : 0.0;
-#pragma unroll
-      for (int u = 0; u < 8; ++u) s += x[u];
-    }
-    total[t] = s;
-  }
+  for (int t = threadIdx.x; t <= D; t += blockDim.x) total[t] = sums[t];
   __syncthreads();
   const double inv_norms = total[D] > 0.0 ? 1.0 / total[D] : 0.0;
   const int64_t off = b * p.dk_stride[0] + int64_t(seq.k_start) * p.dk_stride[1] + hk * p.dk_stride[2];
@@ -110,8 +133,10 @@ template <typename T, int D>
 void launch_dk_project(const AttnParams& p, int kv_block_keys) {
   const dim3 grid((p.seqlen_k + kProjectRows - 1) / kProjectRows, p.heads_k, p.batch);
   if (grid.x == 0) return;
-  dk_project_kernel<T, D><<<grid, 32 * kProjectWarps, 0, reinterpret_cast<cudaStream_t>(p.stream)>>>(
-      p, kv_block_keys);
+  auto stream = reinterpret_cast<cudaStream_t>(p.stream);
+  dk_keysum_total_kernel<D><<<dim3(p.heads_k, p.batch), 512, 0, stream>>>(p, kv_block_keys);
+  check_cuda(cudaGetLastError(), "backward dK key sums");
+  dk_project_kernel<T, D><<<grid, 32 * kProjectWarps, 0, stream>>>(p);
   check_cuda(cudaGetLastError(), "backward dK projection");
 }
 

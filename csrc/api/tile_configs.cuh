@@ -66,11 +66,10 @@ void hopper_backward(const AttnParams& p) {
     } else {                    // A in one part, then dK projected
       if (variant == 5) {       // two consumer warpgroups at d = 64 too
         sm90::run_bwd_kv<T, D, true, 1, false, 2>(p, p.total_q, p.total_k);
-        launch_dk_project<T, D>(p, 2 * 64);
       } else {
         sm90::run_bwd_kv<T, D, true, 1, false, kKvWGs>(p, p.total_q, p.total_k);
-        launch_dk_project<T, D>(p, kKvWGs * 64);
       }
+      launch_dk_project<T, D>(p);
     }
   }
 }

@@ -172,14 +172,6 @@ __device__ __forceinline__ void consumers_sync() {
   asm volatile("bar.sync 10, 256;\n" ::: "memory");
 }
 
-// Every consumer thread of the block (named barrier 14; the producer has left by then). The
-// non-.aligned form, after a __syncwarp: it follows lane-divergent code.
-template <int kThreads>
-__device__ __forceinline__ void all_consumers_sync() {
-  __syncwarp();
-  asm volatile("barrier.sync 14, %0;\n" ::"n"(kThreads) : "memory");
-}
-
 // cp.async of one 8- or 16-byte value, zero-filled (nothing read) when !ok.
 template <class V>
 __device__ __forceinline__ void cp_async_zfill(V* smem, const V* gmem, bool ok) {
@@ -638,9 +630,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       *reinterpret_cast<float2*>(gDKf + int64_t(j) * p.dk_stride[1] + col) = make_float2(k0, k1);
   }
   if constexpr (Traits::kProjectsDk) {
-    // This block's Σ_j dK_j (per column) and Σ_j ||dK_j|| in fp64, in a fixed order (a lane's two
-    // keys, the eight lanes that share its columns, then the warps in order) into
-    // p.dk_keysum[b][hk][n_block], from exactly the fp32 values written above.
+    // This warpgroup's Σ_j dK_j (per column) and Σ_j ||dK_j|| over its 64 keys, in fp64 and a fixed
+    // order (a lane's two keys, the eight lanes that share its columns, the four warps in order),
+    // from exactly the fp32 values written above, into p.dk_keysum's slot of these 64 keys.
     Tensor dk_rc = make_tensor(tdKrdK.data(), acc_rowcol(tdKrdK.layout()));
     Tensor dkc_rc = make_tensor(tdKcdK.data(), acc_rowcol(tdKcdK.layout()));
     constexpr int kCols = decltype(size<1>(dk_rc))::value;
@@ -667,24 +659,31 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       for (int m = 4; m < 32; m <<= 1) colsum_dk[j] += __shfl_xor_sync(0xffffffffu, colsum_dk[j], m);
     CUTLASS_PRAGMA_UNROLL
     for (int m = 1; m < 32; m <<= 1) norms += __shfl_xor_sync(0xffffffffu, norms, m);
-    // Staged in the Q ring (every consumer's last GEMM has been waited on; the producer is done).
-    constexpr int kWarps = Traits::kNumMmaThreads / 32, kRow = kHeadDim + 1;
-    double* part = reinterpret_cast<double*>(ss.q.data());
-    static_assert(kWarps * kRow * sizeof(double) <= sizeof(ss.q), "key sums fit in the Q ring");
-    const int warp = tid / 32, lane = tid & 31;
-    all_consumers_sync<Traits::kNumMmaThreads>();
+    // Staged in this warpgroup's part of the Q ring (its last GEMM has been waited on; the
+    // producer is done), then summed by the warpgroup's first kHeadDim + 1 threads.
+    constexpr int kRow = kHeadDim + 1;
+    static_assert(Traits::kMmaWGs * 4 * kRow * sizeof(double) <= sizeof(ss.q), "key sums fit in the Q ring");
+    double* part = reinterpret_cast<double*>(ss.q.data()) + w * 4 * kRow;
+    const int wtid = tid & 127, warp = wtid / 32, lane = tid & 31;
+    __syncwarp();
+    wg_sync(w);  // every warp of the warpgroup is past its last read of the Q ring
     if (lane < 4) {
       CUTLASS_PRAGMA_UNROLL
       for (int j = 0; j < kCols; ++j) part[warp * kRow + get<1>(dkc_rc(0, j))] = colsum_dk[j];
+      if (lane == 0) part[warp * kRow + kHeadDim] = norms;
     }
-    if (lane == 0) part[warp * kRow + kHeadDim] = norms;
-    all_consumers_sync<Traits::kNumMmaThreads>();
-    double* out = reinterpret_cast<double*>(p.dk_keysum) +
-                  ((int64_t(b) * p.heads_k + hk) * dk_keysum_blocks(p) + n_block) * kRow;
-    for (int t = tid; t < kRow; t += Traits::kNumMmaThreads) {
-      double acc = 0.0;
-      for (int w = 0; w < kWarps; ++w) acc += part[w * kRow + t];
-      out[t] = acc;
+    __syncwarp();
+    wg_sync(w);
+    const int key0 = n0 + 64 * w;  // slots of 64 keys; those past the sequence stay unwritten
+    if (key0 < n_end) {
+      double* out = reinterpret_cast<double*>(p.dk_keysum) +
+                    ((int64_t(b) * p.heads_k + hk) * dk_keysum_blocks(p) + key0 / 64) * kRow;
+      for (int t = wtid; t < kRow; t += 128) {
+        double acc = 0.0;
+        CUTLASS_PRAGMA_UNROLL
+        for (int k = 0; k < 4; ++k) acc += part[k * kRow + t];
+        out[t] = acc;
+      }
     }
   }
 #endif

@@ -14,9 +14,9 @@
 // residual the bar measures, ≤ 5e-4 here), far below one bf16 rounding (2^-9). Uniform weights
 // failed the per-key bar (a key with a tiny gradient received the whole mean; NOTES.md session 7).
 //
-// The KV-outer pass's epilogue writes the fp32 dK (p.dk_unprojected) and, per block of keys,
-// Σ_j dK_j (head dim values) and Σ_j ||dK_j|| in fp64 (p.dk_keysum); dk_keysum_total_kernel sums
-// the blocks in order; dk_project_kernel projects and rounds once into p.dk (and, where the
+// The KV-outer pass's epilogue writes the fp32 dK (p.dk_unprojected) and, per 64 keys (one
+// consumer warpgroup's), Σ_j dK_j (head dim values) and Σ_j ||dK_j|| in fp64 (p.dk_keysum);
+// dk_keysum_total_kernel sums them in order; dk_project_kernel projects and rounds once into p.dk (and, where the
 // caller asked for it, writes the projected fp32 dK into p.dk_accum: the value the SPEC's bar is
 // measured on). One read of the fp32 dK and one bf16 write. Bitwise reproducible: every sum has a
 // fixed order.
@@ -34,21 +34,21 @@ constexpr int kProjectRows = 128;  // keys per block of dk_project_kernel
 constexpr int kProjectWarps = 8;
 constexpr int kProjectUnroll = 4;  // key rows each lane group has in flight
 
-// Blocks of keys per (sequence, kv head) that p.dk_keysum has room for: one per 64 keys of the
-// longest sequence, the smallest KV-outer block (gproj_cuda/ops.py allocates it so).
+// Slots of 64 keys per (sequence, kv head) in p.dk_keysum: one per consumer warpgroup of the
+// KV-outer pass over the longest sequence (gproj_cuda/ops.py allocates it so).
 __host__ __device__ inline int dk_keysum_blocks(const AttnParams& p) { return (p.seqlen_k + 63) / 64; }
 
-// Grid: (heads_k, batch). Σ over the sequence's KV-outer blocks (kv_block_keys keys each) of
-// their key sums, in place into block 0's slot: columns split between kParts threads that sum
-// consecutive runs of blocks, eight loads in flight, then the runs added in order.
+// Grid: (heads_k, batch). Σ over the sequence's 64-key slots of their key sums, in place into slot
+// 0: columns split between kParts threads that sum consecutive runs of slots, eight loads in
+// flight, then the runs added in order.
 template <int D>
-__global__ void __launch_bounds__(512) dk_keysum_total_kernel(const AttnParams p, int kv_block_keys) {
+__global__ void __launch_bounds__(512) dk_keysum_total_kernel(const AttnParams p) {
   constexpr int kCols = D + 1, kParts = 512 / kCols;
   const int hk = blockIdx.x, b = blockIdx.y;
   const SeqBounds seq(p, b);
   double* sums = reinterpret_cast<double*>(p.dk_keysum) +
                  (int64_t(b) * p.heads_k + hk) * dk_keysum_blocks(p) * kCols;
-  const int blocks = (seq.nk + kv_block_keys - 1) / kv_block_keys;
+  const int blocks = (seq.nk + 63) / 64;
   const int per = (blocks + kParts - 1) / kParts;
   const int t = threadIdx.x % kCols, part = threadIdx.x / kCols;
   __shared__ double run[kParts][kCols];
@@ -74,7 +74,7 @@ __global__ void __launch_bounds__(512) dk_keysum_total_kernel(const AttnParams p
 }
 
 // Grid: (ceil(seqlen_k / kProjectRows), heads_k, batch). Each block projects kProjectRows keys
-// with the totals dk_keysum_total_kernel left in block 0's slot: a group of D / 4 lanes per key
+// with the totals dk_keysum_total_kernel left in slot 0: a group of D / 4 lanes per key
 // row (a float4 each), several rows in flight per group (the kernel is bound by the latency of
 // its loads otherwise).
 template <typename T, int D>
@@ -128,13 +128,13 @@ __global__ void __launch_bounds__(32 * kProjectWarps) dk_project_kernel(const At
   }
 }
 
-// After the KV-outer pass whose blocks hold kv_block_keys keys each.
+// After the KV-outer pass (its epilogue wrote p.dk_unprojected and the key sums).
 template <typename T, int D>
-void launch_dk_project(const AttnParams& p, int kv_block_keys) {
+void launch_dk_project(const AttnParams& p) {
   const dim3 grid((p.seqlen_k + kProjectRows - 1) / kProjectRows, p.heads_k, p.batch);
   if (grid.x == 0) return;
   auto stream = reinterpret_cast<cudaStream_t>(p.stream);
-  dk_keysum_total_kernel<D><<<dim3(p.heads_k, p.batch), 512, 0, stream>>>(p, kv_block_keys);
+  dk_keysum_total_kernel<D><<<dim3(p.heads_k, p.batch), 512, 0, stream>>>(p);
   check_cuda(cudaGetLastError(), "backward dK key sums");
   dk_project_kernel<T, D><<<grid, 32 * kProjectWarps, 0, stream>>>(p);
   check_cuda(cudaGetLastError(), "backward dK projection");

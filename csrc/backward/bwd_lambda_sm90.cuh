@@ -50,12 +50,25 @@ struct LambdaTraits : Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_> {
   using TiledMma = typename Base::TiledMmaQK;  // S = Q K^T and dP = dO V^T
   using TiledMmaDq = typename Base::TiledMmaPV;      // dS~ K' and P~ K', the P V form
   using SmemLayoutKt = typename Base::SmemLayoutVt;  // K'^T
+  // kDq: the row sums r = dS~ 1 and s = P~ 1 by the tensor cores, from the same A-operand
+  // registers as the dQ GEMMs, against a tile of ones (8 columns, the smallest WGMMA N): one
+  // m64n8 GEMM per k-slab instead of an unpack and an FADD per value and sum (4 of the ~14
+  // instructions per score here). Each tile's sums are taken fresh (fp32 over its kBlockN
+  // values, as before) and added across tiles in fp64.
+  using TiledMmaOnes = decltype(make_tiled_mma(
+      GMMA::rs_op_selector<Element, Element, float, Shape<_64, _8, Int<Base::kBlockN>>>(),
+      typename Base::AtomLayout{}));
+  using SmemLayoutOnes = decltype(tile_to_shape(
+      cutlass::gemm::collective::detail::ss_smem_selector<GMMA::Major::K, Element, _8,
+                                                          Int<Base::kBlockN>>(),
+      Shape<_8, Int<Base::kBlockN>>{}));
 
   struct SharedStorage {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> dout;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> v;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutOnes>, 1024> ones;  // kDq
     float delta[kBlockM];
     float2 stats[kBlockM];
     alignas(16) cutlass::arch::ClusterTransactionBarrier barrier_q;  // Q and dO loaded
@@ -187,6 +200,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
                         : make_float2(INFINITY, 0.f);
     }
   }
+  if constexpr (Traits::kDq) {
+    for (int i = tid; i < cute::cosize_v<typename Traits::SmemLayoutOnes>; i += 256)
+      ss.ones[i] = Element(1.f);
+    cutlass::arch::fence_view_async_shared();  // generic writes -> the WGMMA's reads
+  }
   asm volatile("bar.sync 1, 256;\n" ::: "memory");  // the consumers' shared row state is written
 
   typename Traits::TiledMma mma;
@@ -216,6 +234,13 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     clear(tDQrDS);
     clear(tDQrPK);
   }
+  // kDq: this tile's r and s (every column of the 64 x 8 accumulators is the row sum)
+  typename Traits::TiledMmaOnes mma_ones;
+  auto thr_ones = mma_ones.get_thread_slice(tid);
+  Tensor sOnes = make_tensor(make_smem_ptr(ss.ones.data()), typename Traits::SmemLayoutOnes{});
+  Tensor tOnesrB = thr_ones.partition_fragment_B(sOnes);
+  Tensor tRrR = partition_fragment_C(mma_ones, Shape<Int<kBlockM>, _8>{});
+  Tensor tRrS = partition_fragment_C(mma_ones, Shape<Int<kBlockM>, _8>{});
 
   RowSoftmax rsm[kRows];
   float delta[kRows];
@@ -227,6 +252,16 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     delta[r] = ss.delta[row];
     r_sum[r] = s_sum[r] = 0.0;
   }
+  // kDq: add the last waited-for tile's tensor-core row sums (rows in the S accumulator's order)
+  auto add_tile_sums = [&]() {
+    Tensor r_rc = make_tensor(tRrR.data(), acc_rowcol(tRrR.layout()));
+    Tensor s_rc1 = make_tensor(tRrS.data(), acc_rowcol(tRrS.layout()));
+    CUTLASS_PRAGMA_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      r_sum[r] += double(r_rc(r, 0));
+      s_sum[r] += double(s_rc1(r, 0));
+    }
+  };
 
   if (nb_max > nb_min) {
     ss.barrier_q.wait(0);
@@ -250,7 +285,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       warpgroup_wait<0>();  // (kOverlapDq: and the previous tile's dQ GEMMs)
       if constexpr (!Traits::kDq) pipe_k.consumer_release(rd);  // (kDq: K' is dQ's B operand)
       if constexpr (Traits::kOverlapDq) {
-        if (nb < nb_max - 1) pipe_k.consumer_release(rd_prev);
+        if (nb < nb_max - 1) {
+          pipe_k.consumer_release(rd_prev);
+          add_tile_sums();
+        }
       }
       pipe_v.consumer_release(rd);
       // P in place, one branch-free pass; entries the mask hides zeroed only on tiles it cuts
@@ -268,7 +306,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       }
       if constexpr (Traits::kDq) {
         // dS = P (dP - delta) in place, both rounded once into A-operand registers; the row sums
-        // are taken over exactly those 16-bit values (fp32 within the tile).
+        // are taken over exactly those 16-bit values, by the tensor cores (TiledMmaOnes).
         CUTLASS_PRAGMA_UNROLL
         for (int r = 0; r < kRows; ++r)
           CUTLASS_PRAGMA_UNROLL
@@ -278,29 +316,19 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
           reinterpret_cast<uint32_t*>(tOrP.data())[i / 2] = pack2<T>(tSrS(i), tSrS(i + 1));
           reinterpret_cast<uint32_t*>(tOrDS.data())[i / 2] = pack2<T>(tSrDP(i), tSrDP(i + 1));
         }
-        Tensor p_rc = make_tensor(tOrP.data(), acc_rowcol(tSrS.layout()));
-        Tensor ds_rc = make_tensor(tOrDS.data(), acc_rowcol(tSrDP.layout()));
-        CUTLASS_PRAGMA_UNROLL
-        for (int r = 0; r < kRows; ++r) {
-          float rt = 0.f, st = 0.f;
-          CUTLASS_PRAGMA_UNROLL
-          for (int j = 0; j < size<1>(p_rc); ++j) {
-            rt += static_cast<float>(ds_rc(r, j));
-            st += static_cast<float>(p_rc(r, j));
-          }
-          r_sum[r] += double(rt);
-          s_sum[r] += double(st);
-        }
-        wg_gemm<false>(mma_dq, make_tensor(tOrDS.data(), acc_to_a_layout(tSrDP.layout())),
-                       tDQrKt(_, _, _, rd.index()), tDQrDS);
-        wg_gemm<false>(mma_dq, make_tensor(tOrP.data(), acc_to_a_layout(tSrS.layout())),
-                       tDQrKt(_, _, _, rd.index()), tDQrPK);
+        Tensor tOrDSa = make_tensor(tOrDS.data(), acc_to_a_layout(tSrDP.layout()));
+        Tensor tOrPa = make_tensor(tOrP.data(), acc_to_a_layout(tSrS.layout()));
+        wg_gemm<false>(mma_dq, tOrDSa, tDQrKt(_, _, _, rd.index()), tDQrDS);
+        wg_gemm<false>(mma_dq, tOrPa, tDQrKt(_, _, _, rd.index()), tDQrPK);
+        wg_gemm<true>(mma_ones, tOrDSa, tOnesrB, tRrR);  // r of this tile
+        wg_gemm<true>(mma_ones, tOrPa, tOnesrB, tRrS);   // s of this tile
         // Without kOverlapDq waited here, not under the next tile's S and dP: with both in
         // flight the A operands and the S / dP accumulators would need more than 240 registers
         // at d = 128. The other warpgroup's GEMMs keep the tensor cores busy meanwhile.
         if constexpr (!Traits::kOverlapDq) {
           warpgroup_wait<0>();
           pipe_k.consumer_release(rd);
+          add_tile_sums();
         }
       } else {
         CUTLASS_PRAGMA_UNROLL
@@ -321,6 +349,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     if constexpr (Traits::kOverlapDq) {
       warpgroup_wait<0>();  // the last tile's dQ GEMMs
       pipe_k.consumer_release(rd_prev);
+      add_tile_sums();
     }
     if (consumer == 0) turn_wait(consumer);
   }
@@ -328,7 +357,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   CUTLASS_PRAGMA_UNROLL
   for (int r = 0; r < kRows; ++r) {
     const int row = get<0>(c_rc(r, 0));
-    const double rs = quad_sum(r_sum[r]), sv = quad_sum(s_sum[r]);
+    // (kDq: every lane of the quad already holds its rows' whole sums)
+    const double rs = Traits::kDq ? r_sum[r] : quad_sum(r_sum[r]);
+    const double sv = Traits::kDq ? s_sum[r] : quad_sum(s_sum[r]);
     float lam = 0.f, lam_lo = 0.f;
     split_lambda(rs, sv, lam, lam_lo);
     if ((tid & 3) == 0 && m0 + row < m_end) {

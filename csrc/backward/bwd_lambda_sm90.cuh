@@ -50,11 +50,15 @@ struct LambdaTraits : Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_> {
   using TiledMma = typename Base::TiledMmaQK;  // S = Q K^T and dP = dO V^T
   using TiledMmaDq = typename Base::TiledMmaPV;      // dS~ K' and P~ K', the P V form
   using SmemLayoutKt = typename Base::SmemLayoutVt;  // K'^T
-  // kDq: the row sums r = dS~ 1 and s = P~ 1 by the tensor cores, from the same A-operand
-  // registers as the dQ GEMMs, against a tile of ones (8 columns, the smallest WGMMA N): one
-  // m64n8 GEMM per k-slab instead of an unpack and an FADD per value and sum (4 of the ~14
-  // instructions per score here). Each tile's sums are taken fresh (fp32 over its kBlockN
-  // values, as before) and added across tiles in fp64.
+  // kTensorRowSums: the row sums r = dS~ 1 and s = P~ 1 by the tensor cores, from the same
+  // A-operand registers as the dQ GEMMs, against a tile of ones (8 columns, the smallest WGMMA
+  // N): one m64n8 GEMM per k-slab instead of an unpack and an FADD per value and sum (4 of the
+  // ~14 instructions per score here). Each tile's sums are taken fresh (fp32 over its kBlockN
+  // values, as before) and added across tiles in fp64. Measured (NOTES.md session 7): -11% for
+  // this pass at d = 128, +16-18% at d = 64, where its dQ GEMMs are N = 64 and stay in flight
+  // under the next tile's S and dP (kOverlapDq) and eight more WGMMAs per tile cost more than
+  // the instructions they save; so d = 128 only.
+  static constexpr bool kTensorRowSums = kDq_ && kHeadDim_ == 128;
   using TiledMmaOnes = decltype(make_tiled_mma(
       GMMA::rs_op_selector<Element, Element, float, Shape<_64, _8, Int<Base::kBlockN>>>(),
       typename Base::AtomLayout{}));
@@ -68,7 +72,7 @@ struct LambdaTraits : Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_> {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> dout;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> v;
-    cute::array_aligned<Element, cute::cosize_v<SmemLayoutOnes>, 1024> ones;  // kDq
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutOnes>, 1024> ones;  // kTensorRowSums
     float delta[kBlockM];
     float2 stats[kBlockM];
     alignas(16) cutlass::arch::ClusterTransactionBarrier barrier_q;  // Q and dO loaded
@@ -200,7 +204,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
                         : make_float2(INFINITY, 0.f);
     }
   }
-  if constexpr (Traits::kDq) {
+  if constexpr (Traits::kTensorRowSums) {
     for (int i = tid; i < cute::cosize_v<typename Traits::SmemLayoutOnes>; i += 256)
       ss.ones[i] = Element(1.f);
     cutlass::arch::fence_view_async_shared();  // generic writes -> the WGMMA's reads
@@ -234,7 +238,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     clear(tDQrDS);
     clear(tDQrPK);
   }
-  // kDq: this tile's r and s (every column of the 64 x 8 accumulators is the row sum)
+  // kTensorRowSums: this tile's r and s (every column of the 64 x 8 accumulators is the row sum)
   typename Traits::TiledMmaOnes mma_ones;
   auto thr_ones = mma_ones.get_thread_slice(tid);
   Tensor sOnes = make_tensor(make_smem_ptr(ss.ones.data()), typename Traits::SmemLayoutOnes{});
@@ -252,8 +256,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     delta[r] = ss.delta[row];
     r_sum[r] = s_sum[r] = 0.0;
   }
-  // kDq: add the last waited-for tile's tensor-core row sums (rows in the S accumulator's order)
+  // kTensorRowSums: add the last waited-for tile's row sums (rows in the S accumulator's order)
   auto add_tile_sums = [&]() {
+    if constexpr (!Traits::kTensorRowSums) return;
     Tensor r_rc = make_tensor(tRrR.data(), acc_rowcol(tRrR.layout()));
     Tensor s_rc1 = make_tensor(tRrS.data(), acc_rowcol(tRrS.layout()));
     CUTLASS_PRAGMA_UNROLL
@@ -306,7 +311,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       }
       if constexpr (Traits::kDq) {
         // dS = P (dP - delta) in place, both rounded once into A-operand registers; the row sums
-        // are taken over exactly those 16-bit values, by the tensor cores (TiledMmaOnes).
+        // are taken over exactly those 16-bit values (kTensorRowSums: by the tensor cores).
         CUTLASS_PRAGMA_UNROLL
         for (int r = 0; r < kRows; ++r)
           CUTLASS_PRAGMA_UNROLL
@@ -316,12 +321,29 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
           reinterpret_cast<uint32_t*>(tOrP.data())[i / 2] = pack2<T>(tSrS(i), tSrS(i + 1));
           reinterpret_cast<uint32_t*>(tOrDS.data())[i / 2] = pack2<T>(tSrDP(i), tSrDP(i + 1));
         }
+        if constexpr (!Traits::kTensorRowSums) {  // fp32 within the tile, from the registers
+          Tensor p_rc = make_tensor(tOrP.data(), acc_rowcol(tSrS.layout()));
+          Tensor ds_rc = make_tensor(tOrDS.data(), acc_rowcol(tSrDP.layout()));
+          CUTLASS_PRAGMA_UNROLL
+          for (int r = 0; r < kRows; ++r) {
+            float rt = 0.f, st = 0.f;
+            CUTLASS_PRAGMA_UNROLL
+            for (int j = 0; j < size<1>(p_rc); ++j) {
+              rt += static_cast<float>(ds_rc(r, j));
+              st += static_cast<float>(p_rc(r, j));
+            }
+            r_sum[r] += double(rt);
+            s_sum[r] += double(st);
+          }
+        }
         Tensor tOrDSa = make_tensor(tOrDS.data(), acc_to_a_layout(tSrDP.layout()));
         Tensor tOrPa = make_tensor(tOrP.data(), acc_to_a_layout(tSrS.layout()));
         wg_gemm<false>(mma_dq, tOrDSa, tDQrKt(_, _, _, rd.index()), tDQrDS);
         wg_gemm<false>(mma_dq, tOrPa, tDQrKt(_, _, _, rd.index()), tDQrPK);
-        wg_gemm<true>(mma_ones, tOrDSa, tOnesrB, tRrR);  // r of this tile
-        wg_gemm<true>(mma_ones, tOrPa, tOnesrB, tRrS);   // s of this tile
+        if constexpr (Traits::kTensorRowSums) {
+          wg_gemm<true>(mma_ones, tOrDSa, tOnesrB, tRrR);  // r of this tile
+          wg_gemm<true>(mma_ones, tOrPa, tOnesrB, tRrS);   // s of this tile
+        }
         // Without kOverlapDq waited here, not under the next tile's S and dP: with both in
         // flight the A operands and the S / dP accumulators would need more than 240 registers
         // at d = 128. The other warpgroup's GEMMs keep the tensor cores busy meanwhile.
@@ -357,9 +379,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   CUTLASS_PRAGMA_UNROLL
   for (int r = 0; r < kRows; ++r) {
     const int row = get<0>(c_rc(r, 0));
-    // (kDq: every lane of the quad already holds its rows' whole sums)
-    const double rs = Traits::kDq ? r_sum[r] : quad_sum(r_sum[r]);
-    const double sv = Traits::kDq ? s_sum[r] : quad_sum(s_sum[r]);
+    // (kTensorRowSums: every lane of the quad already holds its rows' whole sums)
+    const double rs = Traits::kTensorRowSums ? r_sum[r] : quad_sum(r_sum[r]);
+    const double sv = Traits::kTensorRowSums ? s_sum[r] : quad_sum(s_sum[r]);
     float lam = 0.f, lam_lo = 0.f;
     split_lambda(rs, sv, lam, lam_lo);
     if ((tid & 3) == 0 && m0 + row < m_end) {

@@ -20,7 +20,7 @@
 // (pingpong): S = Q K^T and dP = dO V^T by WGMMA with both operands in shared memory, then P, dS
 // and the row sums in registers; with kDq, dS~ K' and P~ K' by WGMMA with P~, dS~ straight from
 // registers (K' read transposed from the same shared tile). 2 (λ only) or 4 of the gproj
-// backward's 9 GEMM-equivalents.
+// backward's 8 GEMM-equivalents.
 #pragma once
 
 #include "../backward/bwd_common.cuh"

@@ -71,41 +71,45 @@ def test_gproj_meets_bars_extremes(d, dtype):
         assert e["dq"] <= BAR and e["dk"] <= BAR and e["sum_dk"] <= e["sum_dk_bar"], (km, qm, qs, e)
 
 
-def test_two_parts_of_a_change_only_dk_and_stay_exact_in_sum():
-    """a_parts=2 (the Hopper backward's form) and 3 give the same O, dQ, dV and differ in dK
-    only at the level of the third part; a bad value is refused."""
+@pytest.mark.parametrize("a_parts,max_dk_diff", [(2, 1e-4), (1, 1e-2)],
+                         ids=["two-parts", "one-part"])
+def test_fewer_parts_of_a_change_only_dk_and_stay_exact_in_sum(a_parts, max_dk_diff):
+    """a_parts=2 (GPROJ_BWD_VARIANT=6) and 1 (the Hopper backward's form: one rounded part, then
+    the zero-sum projection) give three parts' O, dQ and dV, and a dK that differs at the level of
+    what they leave out (the third part; one bf16 rounding of A); Σ_j dK_j stays within the bar."""
     q, k, v, do = stress_inputs(1, 128, 2, 64, kmean=256, qmean=16, qscale=16, seed=3)
     three = reference.emulate(q, k, v, do, causal=True, fp32_grads=True)
-    two = reference.emulate(q, k, v, do, causal=True, fp32_grads=True, a_parts=2)
+    fewer = reference.emulate(q, k, v, do, causal=True, fp32_grads=True, a_parts=a_parts)
     for i in (0, 1, 2, 4):
-        assert torch.equal(two[i], three[i])
-    diff = (two[3] - three[3]).norm() / three[3].norm()
-    assert 0 < diff < 1e-4, diff
-    assert sum_dk_rel(two[3]) <= 1e-5
-    with pytest.raises(ValueError, match="a_parts"):
-        reference.emulate(q, k, v, do, a_parts=4)
-    with pytest.raises(ValueError, match="a_parts"):
-        reference.emulate(q, k, v, do, a_parts=0)
+        assert torch.equal(fewer[i], three[i])
+    diff = (fewer[3] - three[3]).norm() / three[3].norm()
+    assert 0 < diff < max_dk_diff, diff
+    assert sum_dk_rel(fewer[3]) <= 1e-5
 
 
-def test_one_part_of_a_projects_dk_onto_the_law():
-    """a_parts=1 (the Hopper backward's form): O, dQ, dV as with three parts; dK within a bf16
-    rounding of the three-part dK; Σ_j dK_j restored by the projection (without it, the one
-    rounded part leaves far more); keys that no query sees keep an exact zero."""
-    q, k, v, do = stress_inputs(1, 128, 2, 64, kmean=256, qmean=16, qscale=16, seed=3)
-    three = reference.emulate(q, k, v, do, causal=True, fp32_grads=True)
-    one = reference.emulate(q, k, v, do, causal=True, fp32_grads=True, a_parts=1)
-    for i in (0, 1, 2, 4):
-        assert torch.equal(one[i], three[i])
-    diff = (one[3] - three[3]).norm() / three[3].norm()
-    assert 0 < diff < 1e-2, diff
-    assert sum_dk_rel(one[3]) <= 1e-5
-    seg = one[3][0].transpose(0, 1).contiguous()          # (kv heads, keys, d)
-    unprojected = seg + 1e-3 * seg.norm(dim=-1, keepdim=True)  # a common component
-    assert reference.project_key_sum(unprojected).double().sum(1).abs().max() < 1e-6 * seg.abs().sum()
-    zero_key = seg.clone()
-    zero_key[:, 5] = 0
-    assert torch.count_nonzero(reference.project_key_sum(zero_key)[:, 5]) == 0
+@pytest.mark.parametrize("a_parts", [0, 4])
+def test_a_parts_out_of_range_is_refused(a_parts):
+    q, k, v, do = stress_inputs(1, 16, 1, 64, seed=3)
+    with pytest.raises(ValueError, match="a_parts"):
+        reference.emulate(q, k, v, do, a_parts=a_parts)
+
+
+def test_project_key_sum_restores_the_law_and_keeps_zero_keys():
+    """The projection removes a common component from the keys' gradients, moves each key by the
+    same fraction of its own norm (|Σ_j dK_j| / Σ_j ||dK_j||), and leaves a key with a zero
+    gradient (one no query sees) at an exact zero."""
+    g = torch.Generator().manual_seed(4)
+    dk = torch.randn(2, 100, 64, generator=g)            # (kv heads, keys, d)
+    dk -= dk.mean(1, keepdim=True)
+    dk[:, 5] = 0
+    shifted = dk + 1e-3 * dk.norm(dim=-1, keepdim=True)  # Σ_j no longer 0
+    out = reference.project_key_sum(shifted)
+    assert out.double().sum(1).abs().max() < 1e-6 * dk.abs().sum()
+    assert torch.count_nonzero(out[:, 5]) == 0
+    s64 = shifted.double()
+    frac = s64.sum(1).norm(dim=-1) / s64.norm(dim=-1).sum(1)        # per kv head
+    moved = (out.double() - s64).norm(dim=-1)
+    torch.testing.assert_close(moved, frac.unsqueeze(1) * s64.norm(dim=-1), rtol=1e-4, atol=1e-7)
 
 
 def test_dq_invariant_to_common_key_shift():

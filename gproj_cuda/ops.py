@@ -185,7 +185,7 @@ def _reduce_adds_dq(numerics: str) -> bool:
 def _projects_dk(numerics: str) -> bool:
     """Whether the Hopper backward rounds A once and projects dK onto Σ_j dK_j = 0 afterwards
     (csrc/api/variants.h, hopper_bwd_projects_dk): it then needs an fp32 dK and the key sums of
-    each 64-or-more-key block (csrc/prepost/dk_project.cuh, dk_keysum_blocks)."""
+    every 64 keys (csrc/prepost/dk_project.cuh, dk_keysum_blocks)."""
     return numerics == "gproj" and os.environ.get("GPROJ_BWD_VARIANT") not in ("3", "4", "6")
 
 
@@ -240,7 +240,7 @@ def backward_cuda(dout, q, k, v, out, stats, cu_q, cu_k, max_q, max_k, scale, wl
             p.q_centered, p.qc_stride = q_centered.data_ptr(), _strides3(q_centered, varlen)
         if _projects_dk(numerics):
             # fp32 dK before the projection (in the caller's dk_accum when given: it then
-            # receives the projected values) and the fp64 key sums of each block of keys.
+            # receives the projected values) and the fp64 key sums of every 64 keys.
             unprojected = (dk_accum if dk_accum is not None else
                            torch.empty(dk.shape, dtype=torch.float32, device=q.device))
             p.dk_unprojected = unprojected.data_ptr()

@@ -19,8 +19,9 @@ struct AttnParams {
   uint64_t dout = 0, dq = 0, dk = 0, dv = 0;
   uint64_t dk_accum = 0;      // optional fp32 dK before its final cast (same strides as dk)
   // gproj's Hopper backward with A in one part (csrc/prepost/dk_project.cuh): its fp32 dK before
-  // the zero-sum projection (dk_stride; may be dk_accum), and per block of keys of its KV-outer
-  // pass Σ_j dK_j and Σ_j ||dK_j||: fp64 [batch][head_k][ceil(seqlen_k / 64)][head_dim + 1].
+  // the zero-sum projection (dk_stride; may be dk_accum), and per 64 keys (one consumer warpgroup
+  // of its KV-outer pass) Σ_j dK_j and Σ_j ||dK_j||: fp64 [batch][head_k][ceil(seqlen_k / 64)]
+  // [head_dim + 1].
   uint64_t dk_unprojected = 0, dk_keysum = 0;
   // Per-query-row fp32 state, indexed [b * rs_batch_stride + h * rs_head_stride + row]:
   uint64_t lse = 0;           // natural-log LSE of the user's scores (+inf: row sees no key)

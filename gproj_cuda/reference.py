@@ -339,14 +339,18 @@ def stats_to_lse(stats: torch.Tensor, scale: float) -> torch.Tensor:
     return torch.where(torch.isinf(m) & (m > 0), torch.full_like(lse, math.inf), lse)
 
 
-def _rounded_grads(qh, kh, vh, doh, st, delta, keep, c, gt, numerics):
-    """Both backward passes recompute the same tiles: ``(dS~, P~)`` as fp32 copies of the values
-    in type ``gt`` that the gradient GEMMs consume (masked entries 0)."""
+def _grads(qh, kh, vh, doh, st, delta, keep, c, numerics):
+    """Both backward passes recompute the same tiles: fp32 ``(dS, P)`` (masked entries 0)."""
     s = (qh @ kh.transpose(-1, -2)).masked_fill(~keep, -math.inf)
     p = _backward_probs(s, st[..., 0:1], st[..., 1:2], c, numerics)
     p = p.masked_fill(~keep, 0.0)
     dp = doh @ vh.transpose(-1, -2)
-    ds = p * (dp - delta)
+    return p * (dp - delta), p
+
+
+def _rounded_grads(qh, kh, vh, doh, st, delta, keep, c, gt, numerics):
+    """``(dS~, P~)``: fp32 copies of the values in type ``gt`` that the gradient GEMMs consume."""
+    ds, p = _grads(qh, kh, vh, doh, st, delta, keep, c, numerics)
     return ds.to(gt).float(), p.to(gt).float()
 
 
@@ -405,7 +409,8 @@ def _dkdv_chunk(qs, ks, vs, dos, st, delta, lam, q_shift, keep, c, gt, alpha, nu
         hc = slice(kc.start * g, kc.stop * g)
         qh, doh = qs[hc], dos[hc]
         kh, vh = _expand_kv(ks[kc], g), _expand_kv(vs[kc], g)
-        ds_t, p_t = _rounded_grads(qh, kh, vh, doh, st[hc], delta[hc], keep, c, gt, numerics)
+        ds32, p32 = _grads(qh, kh, vh, doh, st[hc], delta[hc], keep, c, numerics)
+        ds_t, p_t = ds32.to(gt).float(), p32.to(gt).float()
         if numerics == "gproj":
             # dK = α Aᵀ Q with A = dS~ - λ P~ formed in fp32 (rows sum to zero to fp32
             # rounding) and fed to the tensor cores as three rounded parts
@@ -420,7 +425,12 @@ def _dkdv_chunk(qs, ks, vs, dos, st, delta, lam, q_shift, keep, c, gt, alpha, nu
             # with the colsum taken of the fp32 A itself. One part (a_parts=1, the Hopper
             # backward's form) leaves each dK_j as accurate (the rounding is unbiased) but
             # up to 5e-4 in Σ_j dK_j, which project_key_sum then removes (NOTES.md session 7).
-            a = _fma(-lam[1][hc], p_t, _fma(-lam[0][hc], p_t, ds_t))
+            # One part (the Hopper backward with two consumer warpgroups; with three, at d=64,
+            # it forms A from the rounded values as the other forms do) takes A from the fp32 dS
+            # and P: its rows no longer sum to zero exactly either way, and the projection below
+            # restores Σ_j dK_j (SPEC grid: the same worst dK errors from either, NOTES.md).
+            pa, dsa = (p32, ds32) if a_parts == 1 else (p_t, ds_t)
+            a = _fma(-lam[1][hc], pa, _fma(-lam[0][hc], pa, dsa))
             a_hi = a.to(gt).float()
             r1 = a - a_hi
             if a_parts == 1:

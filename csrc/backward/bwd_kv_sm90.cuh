@@ -65,6 +65,11 @@ struct BwdKvTraits {
   static_assert(kAParts >= 1 && kAParts <= 3, "A in 1, 2 or 3 rounded parts");
   // One part: dK leaves in fp32 (p.dk_unprojected) for the zero-sum projection.
   static constexpr bool kProjectsDk = kGProj_ && kAParts == 1;
+  // One part with two consumer warpgroups: A from the fp32 P and dS rather than from their
+  // rounded copies (no dS~ to round, no unpacking: 2-3 instructions per score fewer). With three
+  // warpgroups (160 registers) the fp32 values live that long spilled 56 bytes, so there A is
+  // still formed from the rounded values.
+  static constexpr bool kAFromFp32 = kProjectsDk && !kDqHere_ && kMmaWGs_ == 2;
   using Element = typename CuteElement<T_>::type;
   // With no dS~ / dQ buffers the shared memory holds a third Q / dO / Q' stage (two measured the
   // same, within 2%: NOTES.md session 6).
@@ -451,7 +456,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       Tensor tOrP = make_tensor_like<Element>(tSrS);
       Tensor tOrDS = make_tensor_like<Element>(tSrDP);
       to_element(tSrS, tOrP);
-      to_element(tSrDP, tOrDS);
+      // (kAFromFp32 takes dS in fp32 below: no rounded dS~ needed here)
+      if constexpr (!Traits::kAFromFp32) to_element(tSrDP, tOrDS);
       const int ds_stage = it % Traits::kDsStages;
       if constexpr (Traits::kDqHere) copy(r2s, r2s_thr.retile_S(tOrDS), tRSsDS(_, _, _, ds_stage));
       if constexpr (kGProj && Traits::kDqHere) copy(r2s, r2s_thr.retile_S(tOrP), tRSsPT(_, _, _, ds_stage));
@@ -486,7 +492,18 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
           const float2 lo2 = *reinterpret_cast<const float2*>(&row_lo[qi]);
           CUTLASS_PRAGMA_UNROLL
           for (int r = 0; r < kRows; ++r) {
-            const float2 pt = unpack2<T>(pair(p_rc, r, j)), ds = unpack2<T>(pair(ds_rc, r, j));
+            // kAFromFp32: from the fp32 P and dS (what one rounding of A then loses is of the
+            // same size as what rounding them first would; emulator: the same dK errors,
+            // NOTES.md session 7). Two or three parts: from the rounded values, whose row sums
+            // the parts must keep exact.
+            float2 pt, ds;
+            if constexpr (Traits::kAFromFp32) {
+              pt = make_float2(s_rc(r, j), s_rc(r, j + 1));
+              ds = make_float2(dp_rc(r, j), dp_rc(r, j + 1));
+            } else {
+              pt = unpack2<T>(pair(p_rc, r, j));
+              ds = unpack2<T>(pair(ds_rc, r, j));
+            }
             const float a0 = fmaf(-lo2.x, pt.x, fmaf(-dl2.y, pt.x, ds.x));
             const float a1 = fmaf(-lo2.y, pt.y, fmaf(-dl2.w, pt.y, ds.y));
             const uint32_t hi = pack2<T>(a0, a1);

@@ -2,9 +2,9 @@
 //
 // Why: the KV-outer pass feeds A = dS - lambda P (fp32; from the rounded dS~, P~ with three
 // consumer warpgroups, whose rows then sum to zero to fp32 rounding) to the dK GEMM rounded once
-// to 16 bits. That rounding is unbiased and leaves each
-// dK_j as accurate as two rounded parts do (CPU emulator, SPEC grid: worst median dK error
-// 0.175-0.238% either way), but the rows of the rounded A no longer sum to zero exactly, and
+// to 16 bits. That rounding is unbiased and leaves each dK_j as accurate as two rounded parts do
+// (CPU emulator, SPEC grid: worst median dK error 0.166-0.238% either way), but the rows of the
+// rounded A no longer sum to zero exactly, and
 // Σ_j dK_j, which softmax makes exactly 0, keeps ~2^-9 of |A||Q'|: up to 50x the SPEC's 1e-5.
 // Instead of a second GEMM for A's low part, the gradient is projected back onto the law:
 //

@@ -182,10 +182,14 @@ def _reduce_adds_dq(numerics: str) -> bool:
     return numerics == "fa3" or os.environ.get("GPROJ_BWD_VARIANT") == "4"
 
 
+# Keys per slot of the dK key sums (csrc/prepost/dk_project.cuh, kKeysumSlot).
+DK_KEYSUM_SLOT = 64
+
+
 def _projects_dk(numerics: str) -> bool:
     """Whether the Hopper backward rounds A once and projects dK onto Σ_j dK_j = 0 afterwards
     (csrc/api/variants.h, hopper_bwd_projects_dk): it then needs an fp32 dK and the key sums of
-    every 64 keys (csrc/prepost/dk_project.cuh, dk_keysum_blocks)."""
+    every DK_KEYSUM_SLOT keys (csrc/prepost/dk_project.cuh, dk_keysum_slots)."""
     return numerics == "gproj" and os.environ.get("GPROJ_BWD_VARIANT") not in ("3", "4", "6")
 
 
@@ -240,12 +244,12 @@ def backward_cuda(dout, q, k, v, out, stats, cu_q, cu_k, max_q, max_k, scale, wl
             p.q_centered, p.qc_stride = q_centered.data_ptr(), _strides3(q_centered, varlen)
         if _projects_dk(numerics):
             # fp32 dK before the projection (in the caller's dk_accum when given: it then
-            # receives the projected values) and the fp64 key sums of every 64 keys.
+            # receives the projected values) and the fp64 key sums of every DK_KEYSUM_SLOT keys.
             unprojected = (dk_accum if dk_accum is not None else
                            torch.empty(dk.shape, dtype=torch.float32, device=q.device))
             p.dk_unprojected = unprojected.data_ptr()
-            blocks = (p.seqlen_k + 63) // 64
-            keysum = torch.empty(p.batch * p.heads_k * blocks * (p.head_dim + 1),
+            slots = (p.seqlen_k + DK_KEYSUM_SLOT - 1) // DK_KEYSUM_SLOT
+            keysum = torch.empty(p.batch * p.heads_k * slots * (p.head_dim + 1),
                                  dtype=torch.float64, device=q.device)
             p.dk_keysum = keysum.data_ptr()
         p.backward_passes = 8

@@ -649,7 +649,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   if constexpr (Traits::kProjectsDk) {
     // This warpgroup's Σ_j dK_j (per column) and Σ_j ||dK_j|| over its 64 keys, in fp64 and a fixed
     // order (a lane's two keys, the eight lanes that share its columns, the four warps in order),
-    // from exactly the fp32 values written above, into p.dk_keysum's slot of these 64 keys.
+    // from exactly the fp32 values written above, into p.dk_keysum's slot of these 64 keys
+    // (kKeysumSlot: one warpgroup's keys).
     Tensor dk_rc = make_tensor(tdKrdK.data(), acc_rowcol(tdKrdK.layout()));
     Tensor dkc_rc = make_tensor(tdKcdK.data(), acc_rowcol(tdKcdK.layout()));
     constexpr int kCols = decltype(size<1>(dk_rc))::value;
@@ -691,10 +692,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     }
     __syncwarp();
     wg_sync(w);
-    const int key0 = n0 + 64 * w;  // slots of 64 keys; those past the sequence stay unwritten
+    static_assert(kKeysumSlot == 64, "one slot per consumer warpgroup's 64 keys");
+    const int key0 = n0 + kKeysumSlot * w;  // slots past the sequence stay unwritten
     if (key0 < n_end) {
       double* out = reinterpret_cast<double*>(p.dk_keysum) +
-                    ((int64_t(b) * p.heads_k + hk) * dk_keysum_blocks(p) + key0 / 64) * kRow;
+                    ((int64_t(b) * p.heads_k + hk) * dk_keysum_slots(p) + key0 / kKeysumSlot) * kRow;
       for (int t = wtid; t < kRow; t += 128) {
         double acc = 0.0;
         CUTLASS_PRAGMA_UNROLL

@@ -67,12 +67,17 @@ struct LambdaTraits : Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_> {
                                                           Int<Base::kBlockN>>(),
       Shape<_8, Int<Base::kBlockN>>{}));
 
+  struct NoOnes {};
+  struct Ones {
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutOnes>, 1024> tile;
+  };
+  using OnesTile = std::conditional_t<kTensorRowSums, Ones, NoOnes>;
   struct SharedStorage {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> dout;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> v;
-    cute::array_aligned<Element, cute::cosize_v<SmemLayoutOnes>, 1024> ones;  // kTensorRowSums
+    OnesTile ones;  // kTensorRowSums
     float delta[kBlockM];
     float2 stats[kBlockM];
     alignas(16) cutlass::arch::ClusterTransactionBarrier barrier_q;  // Q and dO loaded
@@ -204,9 +209,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
                         : make_float2(INFINITY, 0.f);
     }
   }
+  Element* ones_ptr = nullptr;  // kTensorRowSums only
   if constexpr (Traits::kTensorRowSums) {
+    ones_ptr = ss.ones.tile.data();
     for (int i = tid; i < cute::cosize_v<typename Traits::SmemLayoutOnes>; i += 256)
-      ss.ones[i] = Element(1.f);
+      ones_ptr[i] = Element(1.f);
     cutlass::arch::fence_view_async_shared();  // generic writes -> the WGMMA's reads
   }
   asm volatile("bar.sync 1, 256;\n" ::: "memory");  // the consumers' shared row state is written
@@ -241,7 +248,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   // kTensorRowSums: this tile's r and s (every column of the 64 x 8 accumulators is the row sum)
   typename Traits::TiledMmaOnes mma_ones;
   auto thr_ones = mma_ones.get_thread_slice(tid);
-  Tensor sOnes = make_tensor(make_smem_ptr(ss.ones.data()), typename Traits::SmemLayoutOnes{});
+  Tensor sOnes = make_tensor(make_smem_ptr(ones_ptr), typename Traits::SmemLayoutOnes{});
   Tensor tOnesrB = thr_ones.partition_fragment_B(sOnes);
   Tensor tRrR = partition_fragment_C(mma_ones, Shape<Int<kBlockM>, _8>{});
   Tensor tRrS = partition_fragment_C(mma_ones, Shape<Int<kBlockM>, _8>{});

@@ -4,8 +4,8 @@
 // consumer warpgroups, whose rows then sum to zero to fp32 rounding) to the dK GEMM rounded once
 // to 16 bits. That rounding is unbiased and leaves each dK_j as accurate as two rounded parts do
 // (CPU emulator, SPEC grid: worst median dK error 0.166-0.238% either way), but the rows of the
-// rounded A no longer sum to zero exactly, and
-// Σ_j dK_j, which softmax makes exactly 0, keeps ~2^-9 of |A||Q'|: up to 50x the SPEC's 1e-5.
+// rounded A no longer sum to zero exactly, and Σ_j dK_j, which softmax makes exactly 0, keeps
+// ~2^-9 of |A||Q'|: up to 50x the SPEC's 1e-5.
 // Instead of a second GEMM for A's low part, the gradient is projected back onto the law:
 //
 //     dK_j <- dK_j - w_j Σ_k dK_k,      w_j = ||dK_j|| / Σ_k ||dK_k||      (per sequence, kv head)
@@ -15,11 +15,11 @@
 // residual the bar measures, ≤ 5e-4 here), far below one bf16 rounding (2^-9). Uniform weights
 // failed the per-key bar (a key with a tiny gradient received the whole mean; NOTES.md session 7).
 //
-// The KV-outer pass's epilogue writes the fp32 dK (p.dk_unprojected) and, per 64 keys (one
-// consumer warpgroup's), Σ_j dK_j (head dim values) and Σ_j ||dK_j|| in fp64 (p.dk_keysum);
-// dk_keysum_total_kernel sums them in order; dk_project_kernel projects and rounds once into p.dk (and, where the
-// caller asked for it, writes the projected fp32 dK into p.dk_accum: the value the SPEC's bar is
-// measured on). One read of the fp32 dK and one bf16 write. Bitwise reproducible: every sum has a
+// The KV-outer pass's epilogue writes the fp32 dK (p.dk_unprojected) and, per kKeysumSlot keys
+// (one consumer warpgroup's), Σ_j dK_j (head dim values) and Σ_j ||dK_j|| in fp64
+// (p.dk_keysum); dk_keysum_total_kernel sums them in order; dk_project_kernel projects and rounds
+// once into p.dk (and, where the caller asked for it, writes the projected fp32 dK into
+// p.dk_accum: the value the SPEC's bar is measured on). One read of the fp32 dK and one bf16 write. Bitwise reproducible: every sum has a
 // fixed order.
 #pragma once
 #include <cuda_runtime.h>
@@ -35,11 +35,15 @@ constexpr int kProjectRows = 128;  // keys per block of dk_project_kernel
 constexpr int kProjectWarps = 8;
 constexpr int kProjectUnroll = 4;  // key rows each lane group has in flight
 
-// Slots of 64 keys per (sequence, kv head) in p.dk_keysum: one per consumer warpgroup of the
-// KV-outer pass over the longest sequence (gproj_cuda/ops.py allocates it so).
-__host__ __device__ inline int dk_keysum_blocks(const AttnParams& p) { return (p.seqlen_k + 63) / 64; }
+// Keys per p.dk_keysum slot: one consumer warpgroup's of the KV-outer pass (gproj_cuda/ops.py
+// allocates dk_keysum_slots(p) slots per (sequence, kv head) with the same number).
+constexpr int kKeysumSlot = 64;
+__host__ __device__ inline int dk_keysum_slots(int keys) {
+  return (keys + kKeysumSlot - 1) / kKeysumSlot;
+}
+__host__ __device__ inline int dk_keysum_slots(const AttnParams& p) { return dk_keysum_slots(p.seqlen_k); }
 
-// Grid: (heads_k, batch). Σ over the sequence's 64-key slots of their key sums, in place into slot
+// Grid: (heads_k, batch). Σ over the sequence's slots of their key sums, in place into slot
 // 0: columns split between kParts threads that sum consecutive runs of slots, eight loads in
 // flight, then the runs added in order.
 template <int D>
@@ -48,8 +52,8 @@ __global__ void __launch_bounds__(512) dk_keysum_total_kernel(const AttnParams p
   const int hk = blockIdx.x, b = blockIdx.y;
   const SeqBounds seq(p, b);
   double* sums = reinterpret_cast<double*>(p.dk_keysum) +
-                 (int64_t(b) * p.heads_k + hk) * dk_keysum_blocks(p) * kCols;
-  const int blocks = (seq.nk + 63) / 64;
+                 (int64_t(b) * p.heads_k + hk) * dk_keysum_slots(p) * kCols;
+  const int blocks = dk_keysum_slots(seq.nk);
   const int per = (blocks + kParts - 1) / kParts;
   const int t = threadIdx.x % kCols, part = threadIdx.x / kCols;
   __shared__ double run[kParts][kCols];
@@ -87,7 +91,7 @@ __global__ void __launch_bounds__(32 * kProjectWarps) dk_project_kernel(const At
   if (chunk * kProjectRows >= seq.nk) return;  // uniform for the block
   __shared__ double total[D + 1];               // Σ_j dK_j, then Σ_j ||dK_j||
   const double* sums = reinterpret_cast<const double*>(p.dk_keysum) +
-                       (int64_t(b) * p.heads_k + hk) * dk_keysum_blocks(p) * (D + 1);
+                       (int64_t(b) * p.heads_k + hk) * dk_keysum_slots(p) * (D + 1);
   for (int t = threadIdx.x; t <= D; t += blockDim.x) total[t] = sums[t];
   __syncthreads();
   const double inv_norms = total[D] > 0.0 ? 1.0 / total[D] : 0.0;

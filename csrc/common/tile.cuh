@@ -46,6 +46,17 @@ struct Mask {
     const int d = i + offset();
     return i < nq && j < nk && (right < 0 || j <= d + right) && (left < 0 || j >= d - left);
   }
+  // Keys visible to query i, as offsets from key j0: j is visible iff lo <= j - j0 < hi. A
+  // thread tests each of its accumulator columns against two per-row bounds, so only the bounds
+  // stay live across the key loop; per-element (i, j) coordinates held there cost the forward's
+  // 176-key tile 9 KB of spill (bench/NOTES.md, "Session 7").
+  __device__ __forceinline__ void row_columns(int i, int j0, int& lo, int& hi) const {
+    const int d = i + offset() - j0;
+    hi = nk - j0;
+    if (right >= 0) hi = min(hi, d + right + 1);
+    lo = left >= 0 ? d - left : INT_MIN;
+    if (i >= nq) hi = INT_MIN;  // a padding row sees nothing
+  }
   // Keys [lo, hi) that any of the queries [i0, i1) can see.
   __device__ __forceinline__ void key_range(int i0, int i1, int& lo, int& hi) const {
     hi = nk;

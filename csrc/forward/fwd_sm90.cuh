@@ -213,6 +213,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   Tensor tOcO = thr_pv.partition_C(make_identity_tensor(select<0, 2>(typename Traits::TileShape{})));
   Tensor o_rc = make_tensor(tOrO.data(), acc_rowcol(tOrO.layout()));
   Tensor oc_rc = make_tensor(tOcO.data(), acc_rowcol(tOcO.layout()));
+  Tensor sc_rc = make_tensor(tScS.data(), acc_rowcol(tScS.layout()));
   constexpr int kRows = decltype(size<0>(o_rc))::value;  // 2: rows lane/4 and lane/4 + 8
   const float c = p.softmax_scale * 1.4426950408889634f;
   // Epilogue: O, rounded to 16 bits, goes through this warpgroup's 64 rows of the Q buffer
@@ -276,13 +277,22 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     float rescale[kRows];
     auto softmax = [&](auto& tSrS, int nb) {
       const int n0 = nb * kBlockN;
+      Tensor s_rc = make_tensor(tSrS.data(), acc_rowcol(tSrS.layout()));
       if (mask.tile_partial(m0, m0 + kBlockM, n0, n0 + kBlockN)) {
+        // Per row, the visible columns as one range of offsets from this thread's first column
+        // (the offsets are compile-time constants of the accumulator layout).
+        const int col0 = get<1>(sc_rc(0, 0));
         CUTLASS_PRAGMA_UNROLL
-        for (int i = 0; i < size(tSrS); ++i) {
-          if (!mask.visible(m0 + get<0>(tScS(i)), n0 + get<1>(tScS(i)))) tSrS(i) = -INFINITY;
+        for (int r = 0; r < kRows; ++r) {
+          int lo, hi;
+          mask.row_columns(m0 + get<0>(sc_rc(r, 0)), n0 + col0, lo, hi);
+          CUTLASS_PRAGMA_UNROLL
+          for (int j = 0; j < size<1>(s_rc); ++j) {
+            const int off = get<1>(sc_rc(r, j)) - col0;
+            if (off < lo || off >= hi) s_rc(r, j) = -INFINITY;
+          }
         }
       }
-      Tensor s_rc = make_tensor(tSrS.data(), acc_rowcol(tSrS.layout()));
       CUTLASS_PRAGMA_UNROLL
       for (int r = 0; r < kRows; ++r) {
         // Row max in four independent chains (max is exact, so the order does not matter): a

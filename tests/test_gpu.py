@@ -455,7 +455,7 @@ def test_hopper_lambda_prepass_matches_dq_pass(dtype, d, causal):
 @pytest.mark.parametrize("shape", [(2, 257, 300, 4, 2), (1, 1000, 1000, 2, 2), (3, 64, 17, 8, 1)],
                          ids=["gqa", "square", "mqa"])
 @pytest.mark.parametrize("variant", ["0", "3", "4", "5", "6"],
-                         ids=["default", "three-parts", "dq-in-kv", "kv-2wg", "two-parts"])
+                         ids=["default", "three-parts", "dq-in-kv", "kv-3wg", "two-parts"])
 @pytest.mark.parametrize("d", [64, 128])
 def test_hopper_kv_backward(numerics, dtype, causal, window, shape, variant, d, monkeypatch):
     """The Hopper backward (csrc/backward/bwd_kv_sm90.cuh, bwd_lambda_sm90.cuh, d=64/128;
@@ -519,7 +519,7 @@ def test_hopper_kv_backward_varlen(numerics, d, monkeypatch):
 
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("variant", ["0", "3", "4", "5", "6"],
-                         ids=["default", "three-parts", "dq-in-kv", "kv-2wg", "two-parts"])
+                         ids=["default", "three-parts", "dq-in-kv", "kv-3wg", "two-parts"])
 @pytest.mark.parametrize("d", [64, 128])
 def test_hopper_backward_gproj_bars_stress_points(causal, variant, d, monkeypatch):
     """The SPEC section 5 bars on the stress points (large key/query means, sharp rows) through

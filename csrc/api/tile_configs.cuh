@@ -48,9 +48,11 @@ void hopper_backward(const AttnParams& p) {
     return;
   }
   if constexpr (std::is_same<T, bf16>::value) {  // (fp16 gproj: the mma.sync passes)
-    // The KV-outer pass: three consumer warpgroups at d = 64 (192-key blocks; measured 1-5%
-    // faster than two, NOTES.md session 6), two at d = 128.
-    constexpr int kKvWGs = D == 64 ? 3 : 2;
+    // The KV-outer pass with A in one part: two consumer warpgroups (A from the fp32 P and dS)
+    // at every head dim; at d = 64 they measured 2-4% faster over the whole backward than three
+    // (192-key blocks, rounded A: variant 5) at N = 2k-16k, causal or not (NOTES.md session 8).
+    // The two- and three-part forms (variants 3 and 6) keep three at d = 64, as measured.
+    constexpr int kPartsWGs = D == 64 ? 3 : 2;
     const int variant = bwd_variant();
     if (variant == 4) {  // the session-4 design: λ only, dQ in the KV-outer pass
       sm90::run_lambda_prepass<T, D, false>(p, p.total_q, p.total_k);
@@ -60,14 +62,16 @@ void hopper_backward(const AttnParams& p) {
     }
     sm90::run_lambda_prepass<T, D, true>(p, p.total_q, p.total_k);  // delta, lambda, dQ
     if (variant == 3) {         // A in three rounded parts
-      sm90::run_bwd_kv<T, D, true, 3, false, kKvWGs>(p, p.total_q, p.total_k);
+      sm90::run_bwd_kv<T, D, true, 3, false, kPartsWGs>(p, p.total_q, p.total_k);
     } else if (variant == 6) {  // A in two rounded parts
-      sm90::run_bwd_kv<T, D, true, 2, false, kKvWGs>(p, p.total_q, p.total_k);
+      sm90::run_bwd_kv<T, D, true, 2, false, kPartsWGs>(p, p.total_q, p.total_k);
     } else {                    // A in one part, then dK projected
-      if (variant == 5) {       // two consumer warpgroups at d = 64 too
-        sm90::run_bwd_kv<T, D, true, 1, false, 2>(p, p.total_q, p.total_k);
+      bool three_wgs = false;  // d = 64, variant 5: three consumer warpgroups (rounded A), the
+      if constexpr (D == 64) three_wgs = variant == 5;  // default until session 8
+      if (three_wgs) {
+        if constexpr (D == 64) sm90::run_bwd_kv<T, D, true, 1, false, 3>(p, p.total_q, p.total_k);
       } else {
-        sm90::run_bwd_kv<T, D, true, 1, false, kKvWGs>(p, p.total_q, p.total_k);
+        sm90::run_bwd_kv<T, D, true, 1, false, 2>(p, p.total_q, p.total_k);
       }
       launch_dk_project<T, D>(p);
     }

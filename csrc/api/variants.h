@@ -32,7 +32,8 @@ inline int fwd_variant() {
 //   3: the same with A in three parts, the mma.sync passes' form (no projection);
 //   4: the session-4 design: a λ-only pre-pass, dQ in the KV-outer pass (dq_accum, dq_finish),
 //      A in two parts;
-//   5: the default with two consumer warpgroups in the KV-outer pass at d = 64 instead of three;
+//   5: the default with three consumer warpgroups in the KV-outer pass at d = 64 instead of two
+//      (rounded A; the default until session 8);
 //   6: the default with A in two parts (no projection: session 6's default).
 inline int bwd_variant() {
   const char* v = std::getenv("GPROJ_BWD_VARIANT");

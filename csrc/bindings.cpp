@@ -78,6 +78,7 @@ PYBIND11_MODULE(_C, m) {
       .def_readwrite("k_centered", &AttnParams::k_centered)
       .def_readwrite("k_center_flags", &AttnParams::k_center_flags)
       .def_readwrite("q_centered", &AttnParams::q_centered)
+      .def_readwrite("q_center_flags", &AttnParams::q_center_flags)
       .def_readwrite("q_shift", &AttnParams::q_shift)
       .def_readwrite("center_workspace", &AttnParams::center_workspace)
       .def_readwrite("cu_seqlens_q", &AttnParams::cu_seqlens_q)

@@ -194,10 +194,12 @@ def _projects_dk(numerics: str) -> bool:
 
 
 def backward_cuda(dout, q, k, v, out, stats, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics,
-                  dk_accum: Optional[Tensor] = None, hopper: Optional[bool] = None):
+                  dk_accum: Optional[Tensor] = None, hopper: Optional[bool] = None,
+                  lazy_centering: bool = True):
     """Kernel backward. ``dk_accum`` (fp32, k's shape, contiguous) receives dK before its final
     rounding: where SPEC.md measures the keys' common gradient. ``hopper``: see
-    ``_hopper_backward``."""
+    ``_hopper_backward``. ``lazy_centering=False`` (tests) makes the Hopper backward write and
+    read K' and Q' for every (sequence, head), as the lazy default must match bit for bit."""
     varlen = cu_q is not None
     dq = _new(q.shape, q.dtype, q.device)
     dk = _new(k.shape, k.dtype, k.device)
@@ -209,12 +211,22 @@ def backward_cuda(dout, q, k, v, out, stats, cu_q, cu_k, max_q, max_k, scale, wl
             dk_accum.zero_()
         return dq, dk, dv
     q, k, v, out, dout = (_kernel_ready(t) for t in (q, k, v, out, dout))
-    q_shift = q_centered = None
+    q_shift = q_centered = k_centered = k_flags = q_flags = None
     hopper = _hopper_backward(q, numerics, hopper)
-    if numerics == "gproj":
+    if numerics == "gproj" and hopper:
+        # Lazy, as in the forward: K' and Q' are written only for the (sequence, head) pairs with
+        # a nonzero shift, and the kernels read the user's K and Q elsewhere (equal bit for bit).
+        # Random or zero-mean inputs then cost one read of K and Q instead of two reads and a write.
+        if lazy_centering:
+            nseq = (cu_k.shape[0] - 1) if varlen else k.shape[0]
+            k_flags = torch.empty((nseq, k.shape[-2]), dtype=torch.int32, device=k.device)
+            q_flags = torch.empty((nseq, q.shape[-2]), dtype=torch.int32, device=q.device)
+        k_centered, _ = center_keys_cuda(k, cu_k, max_k, flags=k_flags)  # the forward's shift
+        # Q' = Q - q_shift, the dK GEMM's operand (loaded by TMA in the KV-outer pass)
+        q_centered, q_shift = center_keys_cuda(q, cu_q, max_q, flags=q_flags)
+    elif numerics == "gproj":
         k, _ = center_keys_cuda(k, cu_k, max_k)   # the same exact shift the forward used
-        # for the dK GEMM (the Hopper backward loads Q' = Q - q_shift by TMA)
-        q_centered, q_shift = center_keys_cuda(q, cu_q, max_q, shift_only=not hopper)
+        _, q_shift = center_keys_cuda(q, cu_q, max_q, shift_only=True)  # (dK GEMM, in the kernel)
     # {delta, lambda hi, lambda lo, unused} per row: dQ pass -> dK/dV pass (csrc/api/params.h)
     rowstate = torch.empty(stats.shape[:-1] + (4,), dtype=torch.float32, device=q.device)
     p = _params(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics)
@@ -241,7 +253,10 @@ def backward_cuda(dout, q, k, v, out, stats, cu_q, cu_k, max_q, max_k, scale, wl
                                    device=q.device)
             p.dq_accum = dq_accum.data_ptr()
         if numerics == "gproj":
+            p.k_centered, p.kc_stride = k_centered.data_ptr(), _strides3(k_centered, varlen)
             p.q_centered, p.qc_stride = q_centered.data_ptr(), _strides3(q_centered, varlen)
+            if lazy_centering:
+                p.k_center_flags, p.q_center_flags = k_flags.data_ptr(), q_flags.data_ptr()
         if _projects_dk(numerics):
             # fp32 dK before the projection (in the caller's dk_accum when given: it then
             # receives the projected values) and the fp64 key sums of every DK_KEYSUM_SLOT keys.

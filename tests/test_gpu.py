@@ -390,6 +390,39 @@ def test_lazy_key_centering_is_bitwise_the_full_one(d, sm80, monkeypatch):
         assert torch.equal(lse, l2)
 
 
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_hopper_backward_lazy_centering_is_bitwise_the_full_one(d, causal):
+    """The Hopper gproj backward centers K and Q lazily: K' and Q' are written only for the
+    (sequence, head) pairs with a nonzero shift, and its two passes read the user's K and Q
+    elsewhere. dQ, dK (fp32 and rounded) and dV must be bitwise those of a backward that writes
+    and reads K' and Q' everywhere (dense and varlen, with both kinds of heads in one call)."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("needs a Hopper GPU")
+    g = torch.Generator(device=DEV).manual_seed(11 * d + int(causal))
+    q, do = rand(2, 300, 6, d, g=g), rand(2, 300, 6, d, g=g)
+    k, v = rand(2, 260, 3, d, g=g), rand(2, 260, 3, d, g=g)
+    k[:, :, 1] += 64 * rand(d, g=g).sign()  # kv head 1: an offset to center; heads 0, 2: none
+    q[:, :, 4] += 16 * rand(d, g=g).sign()  # query head 4 likewise
+    cu = torch.tensor([0, 100, 100, 520], dtype=torch.int32, device=DEV)
+    cases = ((q, k, v, do, None, None, 300, 260),
+             (q.reshape(600, 6, d)[:520], k.reshape(520, 3, d), v.reshape(520, 3, d),
+              do.reshape(600, 6, d)[:520], cu, cu, 420, 420))
+    s, wr = d ** -0.5, (0 if causal else -1)
+    for qq, kk, vv, dd, cq, ck, mq, mk in cases:
+        out, _, stats = forward_cuda(qq, kk, vv, cq, ck, mq, mk, s, -1, wr, "gproj")
+        grads = []
+        for lazy in (True, False):
+            dk32 = torch.full(kk.shape, float("nan"), dtype=torch.float32, device=DEV)
+            grads.append(backward_cuda(dd, qq, kk, vv, out, stats, cq, ck, mq, mk, s, -1, wr,
+                                       "gproj", dk_accum=dk32, hopper=True,
+                                       lazy_centering=lazy) + (dk32,))
+        torch.cuda.synchronize()
+        for a, b, name in zip(grads[0], grads[1], ("dq", "dk", "dv", "dk fp32")):
+            assert torch.isfinite(a).all(), name
+            assert torch.equal(a, b), name
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "fp16"])
 @pytest.mark.parametrize("d", HDIMS)
 def test_cuda_key_centering_equals_reference(dtype, d):

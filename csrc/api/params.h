@@ -36,6 +36,9 @@ struct AttnParams {
   uint64_t k_center_flags = 0;
   uint64_t center_workspace = 0;  // centering pre-pass scratch: 2 * batch * head_k * dim uint32
   uint64_t q_centered = 0;    // Q' = Q - q_shift (qc_stride): the Hopper backward's dK operand
+  // int32 [batch][head], optional: k_center_flags for the queries (a lazy pre-pass on Q; the
+  // Hopper backward then reads Q' only where the flag is 1, else Q = Q' there).
+  uint64_t q_center_flags = 0;
   uint64_t cu_seqlens_q = 0, cu_seqlens_k = 0;   // int32 [batch + 1]; 0 = dense
   // Partial-pass accumulators (context parallelism, gproj_cuda/distributed.py; see `partial`):
   uint64_t dq_accum = 0;      // fp32, dq_stride: += dS~ K (unscaled)

@@ -166,6 +166,7 @@ template <class Traits>
 struct BwdKvParams {
   typename Traits::TmaQ tma_q, tma_do, tma_qc;
   typename Traits::TmaK tma_k, tma_v;
+  typename Traits::TmaK tma_kc;  // K' where centered (reads_centered_keys), else = tma_k
   int rows_q, rows_k, batch_q;
   AttnParams p;
 };
@@ -229,6 +230,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     cute::prefetch_tma_descriptor(prm.tma_do.get_tma_descriptor());
     if constexpr (kGProj) cute::prefetch_tma_descriptor(prm.tma_qc.get_tma_descriptor());
     cute::prefetch_tma_descriptor(prm.tma_k.get_tma_descriptor());
+    if (p.k_centered) cute::prefetch_tma_descriptor(prm.tma_kc.get_tma_descriptor());
     cute::prefetch_tma_descriptor(prm.tma_v.get_tma_descriptor());
     ss.barrier_kv.init(1);
   }
@@ -266,14 +268,15 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     if (threadIdx.x == 0 && n_items > 0) {
       auto tile_q = Shape<Int<kBlockM>, Int<kHeadDim>>{};
       auto tile_k = Shape<Int<kBlockN>, Int<kHeadDim>>{};
-      Tensor mK = tma_rows(prm.tma_k, prm.rows_k, kHeadDim, p.heads_k, prm.batch_q, seq.k_start, hk, bq);
+      auto const& tma_k = reads_centered_keys(p, b, hk) ? prm.tma_kc : prm.tma_k;
+      Tensor mK = tma_rows(tma_k, prm.rows_k, kHeadDim, p.heads_k, prm.batch_q, seq.k_start, hk, bq);
       Tensor mV = tma_rows(prm.tma_v, prm.rows_k, kHeadDim, p.heads_k, prm.batch_q, seq.k_start, hk, bq);
-      auto [tKg, tKs] = tma_partition(prm.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
+      auto [tKg, tKs] = tma_partition(tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
                                       group_modes<0, 2>(local_tile(mK, tile_k, make_coord(n_block, _0{}))));
       auto [tVg, tVs] = tma_partition(prm.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV),
                                       group_modes<0, 2>(local_tile(mV, tile_k, make_coord(n_block, _0{}))));
       ss.barrier_kv.arrive_and_expect_tx(2 * kBlockN * kHeadDim * int(sizeof(Element)));
-      copy(prm.tma_k.with(reinterpret_cast<uint64_t&>(ss.barrier_kv), 0), tKg, tKs);
+      copy(tma_k.with(reinterpret_cast<uint64_t&>(ss.barrier_kv), 0), tKg, tKs);
       copy(prm.tma_v.with(reinterpret_cast<uint64_t&>(ss.barrier_kv), 0), tVg, tVs);
       PipelineState wr = cutlass::make_producer_start_state<Pipeline>();
       for (int it = 0; it < n_items; ++it) {
@@ -287,7 +290,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         pipe_q.producer_acquire(wr);
         load(prm.tma_q, sQ);
         load(prm.tma_do, sDO);
-        if constexpr (kGProj) load(prm.tma_qc, sQc);
+        // Q' where centered; elsewhere Q' = Q, loaded twice (the consumers' dK GEMM reads sQc)
+        if constexpr (kGProj) load(reads_centered_queries(p, b, h) ? prm.tma_qc : prm.tma_q, sQc);
         ++wr;
       }
     }
@@ -731,6 +735,7 @@ void run_bwd_kv(const AttnParams& p, int total_q, int total_k) {
   prm.tma_do = tma_q(p.dout, p.do_stride);
   prm.tma_qc = kGProj ? tma_q(p.q_centered, p.qc_stride) : prm.tma_q;
   prm.tma_k = tma_k(p.k, p.k_stride);
+  prm.tma_kc = p.k_centered ? tma_k(p.k_centered, p.kc_stride) : prm.tma_k;
   prm.tma_v = tma_k(p.v, p.v_stride);
   auto kernel = bwd_kv_sm90_kernel<Traits>;
   const int smem = Traits::kSmemBytes;

@@ -91,6 +91,7 @@ template <class Traits>
 struct LambdaKernelParams {
   typename Traits::TmaQ tma_q, tma_do;
   typename Traits::TmaKV tma_k, tma_v;
+  typename Traits::TmaKV tma_kc;  // K' where centered (reads_centered_keys), else = tma_k
   int rows_q, rows_k, batch_q;
   AttnParams p;
 };
@@ -124,6 +125,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     cute::prefetch_tma_descriptor(prm.tma_q.get_tma_descriptor());
     cute::prefetch_tma_descriptor(prm.tma_do.get_tma_descriptor());
     cute::prefetch_tma_descriptor(prm.tma_k.get_tma_descriptor());
+    if (p.k_centered) cute::prefetch_tma_descriptor(prm.tma_kc.get_tma_descriptor());
     cute::prefetch_tma_descriptor(prm.tma_v.get_tma_descriptor());
     ss.barrier_q.init(1);
   }
@@ -147,7 +149,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       };
       Tensor mQ = view(prm.tma_q, prm.rows_q, p.heads, seq.q_start, h);
       Tensor mDO = view(prm.tma_do, prm.rows_q, p.heads, seq.q_start, h);
-      Tensor mK = view(prm.tma_k, prm.rows_k, p.heads_k, seq.k_start, hk);
+      auto const& tma_k = reads_centered_keys(p, b, hk) ? prm.tma_kc : prm.tma_k;
+      Tensor mK = view(tma_k, prm.rows_k, p.heads_k, seq.k_start, hk);
       Tensor mV = view(prm.tma_v, prm.rows_k, p.heads_k, seq.k_start, hk);
       auto tile_q = select<0, 2>(typename Traits::TileShape{});
       auto tile_k = select<1, 2>(typename Traits::TileShape{});
@@ -155,7 +158,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
                                       group_modes<0, 2>(local_tile(mQ, tile_q, make_coord(m_block, _0{}))));
       auto [tDg, tDs] = tma_partition(prm.tma_do, _0{}, Layout<_1>{}, group_modes<0, 2>(sDO),
                                       group_modes<0, 2>(local_tile(mDO, tile_q, make_coord(m_block, _0{}))));
-      auto [tKg, tKs] = tma_partition(prm.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
+      auto [tKg, tKs] = tma_partition(tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
                                       group_modes<0, 2>(local_tile(mK, tile_k, make_coord(_, _0{}))));
       auto [tVg, tVs] = tma_partition(prm.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV),
                                       group_modes<0, 2>(local_tile(mV, tile_k, make_coord(_, _0{}))));
@@ -165,7 +168,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       PipelineState wr = cutlass::make_producer_start_state<Pipeline>();
       for (int nb = nb_max - 1; nb >= nb_min; --nb) {
         pipe_k.producer_acquire(wr);
-        copy(prm.tma_k.with(*pipe_k.producer_get_barrier(wr), 0), tKg(_, nb), tKs(_, wr.index()));
+        copy(tma_k.with(*pipe_k.producer_get_barrier(wr), 0), tKg(_, nb), tKs(_, wr.index()));
         pipe_v.producer_acquire(wr);
         copy(prm.tma_v.with(*pipe_v.producer_get_barrier(wr), 0), tVg(_, nb), tVs(_, wr.index()));
         ++wr;
@@ -439,6 +442,9 @@ void run_lambda_prepass(const AttnParams& p, int total_q, int total_k) {
   prm.tma_q = make_tma_q<Traits>(p.q, prm.rows_q, p.heads, prm.batch_q, p.q_stride, varlen);
   prm.tma_do = make_tma_q<Traits>(p.dout, prm.rows_q, p.heads, prm.batch_q, p.do_stride, varlen);
   prm.tma_k = make_tma_kv<Traits>(p.k, prm.rows_k, p.heads_k, prm.batch_q, p.k_stride, varlen);
+  prm.tma_kc = p.k_centered ? make_tma_kv<Traits>(p.k_centered, prm.rows_k, p.heads_k, prm.batch_q,
+                                                  p.kc_stride, varlen)
+                            : prm.tma_k;
   prm.tma_v = make_tma_kv<Traits>(p.v, prm.rows_k, p.heads_k, prm.batch_q, p.v_stride, varlen);
   auto kernel = lambda_sm90_kernel<Traits>;
   const int smem = Traits::kSmemBytes;

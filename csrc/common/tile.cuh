@@ -25,13 +25,19 @@ struct SeqBounds {
   }
 };
 
-// Whether the forward reads K' = K - c (the centering pre-pass's output) for sequence b and kv
-// head hk, or the user's K: fa3 mode and pre-centered keys give no K'; a lazy pre-pass writes K'
-// only where some coordinate has a nonzero shift (elsewhere K' = K bit for bit).
+// Whether a kernel reads K' = K - c (the centering pre-pass's output) for sequence b and kv head
+// hk, or the user's K: fa3 mode and pre-centered keys give no K'; a lazy pre-pass writes K' only
+// where some coordinate has a nonzero shift (elsewhere K' = K bit for bit).
 __device__ __forceinline__ bool reads_centered_keys(const AttnParams& p, int b, int hk) {
   return p.k_centered != 0 &&
          (p.k_center_flags == 0 ||
           reinterpret_cast<const int*>(p.k_center_flags)[int64_t(b) * p.heads_k + hk] != 0);
+}
+
+// The same for the queries (the Hopper backward's Q' = Q - c of the dK GEMM), head h.
+__device__ __forceinline__ bool reads_centered_queries(const AttnParams& p, int b, int h) {
+  return p.q_center_flags == 0 ||
+         reinterpret_cast<const int*>(p.q_center_flags)[int64_t(b) * p.heads + h] != 0;
 }
 
 // Bottom-right aligned band mask of FlashAttention-3: query i sees key j iff

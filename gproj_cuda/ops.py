@@ -199,7 +199,8 @@ def backward_cuda(dout, q, k, v, out, stats, cu_q, cu_k, max_q, max_k, scale, wl
     """Kernel backward. ``dk_accum`` (fp32, k's shape, contiguous) receives dK before its final
     rounding: where SPEC.md measures the keys' common gradient. ``hopper``: see
     ``_hopper_backward``. ``lazy_centering=False`` (tests) makes the Hopper backward write and
-    read K' and Q' for every (sequence, head), as the lazy default must match bit for bit."""
+    read K' and Q' for every (sequence, head), as the lazy default (dense inputs) must match bit
+    for bit."""
     varlen = cu_q is not None
     dq = _new(q.shape, q.dtype, q.device)
     dk = _new(k.shape, k.dtype, k.device)
@@ -217,7 +218,10 @@ def backward_cuda(dout, q, k, v, out, stats, cu_q, cu_k, max_q, max_k, scale, wl
         # Lazy, as in the forward: K' and Q' are written only for the (sequence, head) pairs with
         # a nonzero shift, and the kernels read the user's K and Q elsewhere (equal bit for bit).
         # Random or zero-mean inputs then cost one read of K and Q instead of two reads and a write.
-        if lazy_centering:
+        # Dense only: a varlen tile's last rows are the next sequence's, and the dQ and dK GEMMs
+        # multiply them by dS~ = 0, which gives NaN where K' or Q' was left unwritten (garbage);
+        # the forward only masks scores there, so it stays lazy for varlen too.
+        if lazy_centering and not varlen:
             nseq = (cu_k.shape[0] - 1) if varlen else k.shape[0]
             k_flags = torch.empty((nseq, k.shape[-2]), dtype=torch.int32, device=k.device)
             q_flags = torch.empty((nseq, q.shape[-2]), dtype=torch.int32, device=q.device)
@@ -255,7 +259,7 @@ def backward_cuda(dout, q, k, v, out, stats, cu_q, cu_k, max_q, max_k, scale, wl
         if numerics == "gproj":
             p.k_centered, p.kc_stride = k_centered.data_ptr(), _strides3(k_centered, varlen)
             p.q_centered, p.qc_stride = q_centered.data_ptr(), _strides3(q_centered, varlen)
-            if lazy_centering:
+            if k_flags is not None:
                 p.k_center_flags, p.q_center_flags = k_flags.data_ptr(), q_flags.data_ptr()
         if _projects_dk(numerics):
             # fp32 dK before the projection (in the caller's dk_accum when given: it then

@@ -395,8 +395,9 @@ def test_lazy_key_centering_is_bitwise_the_full_one(d, sm80, monkeypatch):
 def test_hopper_backward_lazy_centering_is_bitwise_the_full_one(d, causal):
     """The Hopper gproj backward centers K and Q lazily: K' and Q' are written only for the
     (sequence, head) pairs with a nonzero shift, and its two passes read the user's K and Q
-    elsewhere. dQ, dK (fp32 and rounded) and dV must be bitwise those of a backward that writes
-    and reads K' and Q' everywhere (dense and varlen, with both kinds of heads in one call)."""
+    elsewhere (dense inputs; varlen ones are centered in full). dQ, dK (fp32 and rounded) and dV
+    must be bitwise those of a backward that writes and reads K' and Q' everywhere, with both
+    kinds of heads in one call."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("needs a Hopper GPU")
     g = torch.Generator(device=DEV).manual_seed(11 * d + int(causal))
@@ -405,7 +406,7 @@ def test_hopper_backward_lazy_centering_is_bitwise_the_full_one(d, causal):
     k[:, :, 1] += 64 * rand(d, g=g).sign()  # kv head 1: an offset to center; heads 0, 2: none
     q[:, :, 4] += 16 * rand(d, g=g).sign()  # query head 4 likewise
     cu = torch.tensor([0, 100, 100, 520], dtype=torch.int32, device=DEV)
-    cases = ((q, k, v, do, None, None, 300, 260),
+    cases = ((q, k, v, do, None, None, 300, 260),  # (varlen: both sides centered in full)
              (q.reshape(600, 6, d)[:520], k.reshape(520, 3, d), v.reshape(520, 3, d),
               do.reshape(600, 6, d)[:520], cu, cu, 420, 420))
     s, wr = d ** -0.5, (0 if causal else -1)

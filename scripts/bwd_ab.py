@@ -5,7 +5,8 @@ hits every candidate alike. Prints the median time of each and its ratio to cuDN
 cuDNN's time here reads 10-40% above bench/speed.py's for the same shape (measured 2026-11-29:
 1.76 vs 1.43 ms at d=128 N=2k), interleaved with our calls; so compare our candidates with each
 other here, and take ratios to cuDNN from speed.py.
-Usage: python scripts/bwd_ab.py VARIANTS [d,N[,causal] ...]   e.g.  0,4  128,2048 64,16384,causal"""
+Usage: python scripts/bwd_ab.py VARIANTS [d,N[,causal] ...]   e.g.  0,4  128,2048 64,16384,causal
+AB_ENV=NAME makes VARIANTS values of that switch instead (e.g. AB_ENV=GPROJ_CAUSAL_ASCENDING 0,1)."""
 import os
 import sys
 
@@ -50,7 +51,7 @@ def main():
     for a in shapes:
         c = Case.parse(a)
         cands = candidates(c, variants)
-        med = interleaved(cands, "GPROJ_BWD_VARIANT", reps)
+        med = interleaved(cands, os.environ.get("AB_ENV", "GPROJ_BWD_VARIANT"), reps)
         base = med["cudnn"]
         print(f"{c.d:4d} {c.n:6d} {str(c.causal):>6} | {base:8.3f} | " +
               " ".join(f"{med[name]:7.3f} {base / med[name]:5.3f}x" for name, _, _ in cands[1:]),

@@ -2,7 +2,8 @@
 call) and numerics modes, interleaved call by call in one process, so clock and thermal drift hit
 every candidate alike (separate bench/speed.py runs drift by +-5-10% per shape). Prints the median
 time of each candidate and its ratio to cuDNN's.
-Usage: python scripts/fwd_ab.py VARIANTS [d,N[,causal] ...]   e.g.  0,2  128,2048 64,16384,causal"""
+Usage: python scripts/fwd_ab.py VARIANTS [d,N[,causal] ...]   e.g.  0,2  128,2048 64,16384,causal
+AB_ENV=NAME makes VARIANTS values of that switch instead (e.g. AB_ENV=GPROJ_CAUSAL_ASCENDING 0,1)."""
 import os
 import sys
 
@@ -27,7 +28,7 @@ def main():
             for var in variants:
                 cands.append((f"{m} v{var}", var, lambda m=m: forward_cuda(
                     q, k, v, None, None, n, n, s, -1, wr, m)))
-        med = interleaved(cands, "GPROJ_FWD_VARIANT", reps)
+        med = interleaved(cands, os.environ.get("AB_ENV", "GPROJ_FWD_VARIANT"), reps)
         base = med["cudnn"]
         print(f"{d:4d} {n:6d} {str(causal):>6} | {base:8.3f} | " +
               " ".join(f"{med[name]:7.3f} {base / med[name]:5.3f}x" for name, _, _ in cands[1:]),

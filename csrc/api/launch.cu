@@ -176,6 +176,7 @@ int run_forward(const AttnParams& p, char* err, size_t err_len) {
     if (p.k_center_flags && !p.k_centered) fail("k_center_flags without k_centered");
     AttnParams q = p;
     q.arch = device_arch(p.device);
+    q.causal_ascending = causal_ascending();
     dispatch(q, [&](auto t, auto d) {
       using T = decltype(t);
       constexpr int D = decltype(d)::value;
@@ -252,13 +253,22 @@ int run_backward(const AttnParams& p, char* err, size_t err_len) {
       require_ptr(p.partial ? p.dv_accum : p.dv, p.partial ? "dv_accum" : "dv");
       require_strides(p.dv_stride, "dv", varlen);
     }
+    if (p.k_centered && !hopper) fail("k_centered in the backward: only the Hopper backward (backward_passes 8) reads it; the other passes take centered keys as k");
+    if (p.k_centered) require_strides(p.kc_stride, "k_centered", varlen);
+    if (p.k_center_flags && !p.k_centered) fail("k_center_flags without k_centered");
+    if (p.q_center_flags && !p.q_centered) fail("q_center_flags without q_centered");
+    // (a varlen tile's last rows are the next sequence's: the dQ and dK GEMMs read them, so K' and
+    // Q' must be written there too)
+    if ((p.k_center_flags || p.q_center_flags) && varlen) fail("k_center_flags / q_center_flags (lazy centering) in the backward: dense inputs only");
     require_ptr(p.rowstate, "rowstate");  // (16-byte aligned: float4 per row)
     if (gproj && pass_kv) require_ptr(p.q_shift, "q_shift");
     if (p.dk_accum % 16) fail("dk_accum must be 16-byte aligned");
-    dispatch(p, [&](auto t, auto d) {
+    AttnParams q = p;
+    q.causal_ascending = causal_ascending();
+    dispatch(q, [&](auto t, auto d) {
       using T = decltype(t);
       constexpr int D = decltype(d)::value;
-      if constexpr (Compiled<T, D>::value) backward_impl<T, D>(p);
+      if constexpr (Compiled<T, D>::value) backward_impl<T, D>(q);
     });
   }, err, err_len);
 }

@@ -26,6 +26,14 @@ inline int fwd_variant() {
 #endif
 }
 
+// GPROJ_CAUSAL_ASCENDING=1: under a causal mask, the non-persistent sm90 forward and the Q-outer
+// backward pass start their query tiles in ascending order (the order before session 8) instead
+// of longest first (A/B runs).
+inline int causal_ascending() {
+  const char* v = std::getenv("GPROJ_CAUSAL_ASCENDING");
+  return v != nullptr && v[0] == '1' ? 1 : 0;
+}
+
 // GPROJ_BWD_VARIANT for A/B runs of the gproj Hopper backward (fa3 mode has no variants):
 //   0 or unset: the λ + dQ Q-outer pass, then the KV-outer pass with A in one rounded part and
 //      dK projected onto Σ_j dK_j = 0 (dk_project.cuh);

@@ -108,7 +108,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   using PipelineState = typename Traits::PipelineState;
   const AttnParams& p = prm.p;
 
-  const int m_block = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  // Causal: the last query tiles see the most keys; they start first, so that the grid's last
+  // wave is made of short tiles (blocks are dispatched in blockIdx.x order).
+  const bool longest_first = p.window_right >= 0 && !p.causal_ascending;
+  const int m_block = longest_first ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
+  const int h = blockIdx.y, b = blockIdx.z;
   const SeqBounds seq(p, b);
   const int m0 = m_block * kBlockM;
   if (m0 >= seq.nq) return;  // uniform for the block, before any barrier

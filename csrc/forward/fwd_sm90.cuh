@@ -137,7 +137,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       return decode_tile(t, prm.num_m_blocks, p.heads, pairs, prm.sched_group,
                          p.window_right >= 0);
     } else {
-      return {int(blockIdx.x), int(blockIdx.y), int(blockIdx.z)};
+      // Under a causal mask the last query tiles see the most keys: dispatched first, so that
+      // the grid's last wave is made of short tiles (blocks start in blockIdx.x order).
+      const bool longest_first = p.window_right >= 0 && !p.causal_ascending;
+      const int mb = longest_first ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
+      return {mb, int(blockIdx.y), int(blockIdx.z)};
     }
   };
   auto q_buffer = [&](int i) {

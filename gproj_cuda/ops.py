@@ -253,8 +253,11 @@ def backward_cuda(dout, q, k, v, out, stats, cu_q, cu_k, max_q, max_k, scale, wl
         if _reduce_adds_dq(numerics):
             rows = q.shape[0] if varlen else q.shape[0] * q.shape[1]
             tiles = (rows + 64 * p.batch + 63) // 64
-            dq_accum = torch.zeros(p.heads * tiles * 64 * p.head_dim, dtype=torch.float32,
-                                   device=q.device)
+            # (fa3 mode: zero-filled by the delta pre-pass, which reads the same rows; gproj
+            # variant 4 computes delta in its λ pre-pass, so it gets zeros here)
+            n_acc = p.heads * tiles * 64 * p.head_dim
+            dq_accum = (torch.zeros(n_acc, dtype=torch.float32, device=q.device)
+                        if numerics == "gproj" else _new((n_acc,), torch.float32, q.device))
             p.dq_accum = dq_accum.data_ptr()
         if numerics == "gproj":
             p.k_centered, p.kc_stride = k_centered.data_ptr(), _strides3(k_centered, varlen)

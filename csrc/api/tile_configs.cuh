@@ -60,7 +60,14 @@ void hopper_backward(const AttnParams& p) {
       launch_dq_finish<T, D>(p);
       return;
     }
-    sm90::run_lambda_prepass<T, D, true>(p, p.total_q, p.total_k);  // delta, lambda, dQ
+    // delta, lambda, dQ (variants 7 and 8: 96- and 128-key tiles at d = 64)
+    if (D == 64 && variant == 7) {
+      sm90::run_lambda_prepass<T, D, true, D == 64 ? 96 : 0, D == 64 ? 3 : 0>(p, p.total_q, p.total_k);
+    } else if (D == 64 && variant == 8) {
+      sm90::run_lambda_prepass<T, D, true, D == 64 ? 128 : 0, D == 64 ? 2 : 0>(p, p.total_q, p.total_k);
+    } else {
+      sm90::run_lambda_prepass<T, D, true>(p, p.total_q, p.total_k);
+    }
     if (variant == 3) {         // A in three rounded parts
       sm90::run_bwd_kv<T, D, true, 3, false, kPartsWGs>(p, p.total_q, p.total_k);
     } else if (variant == 6) {  // A in two rounded parts

@@ -436,10 +436,13 @@ template <> struct LambdaTiles<128, true> { static constexpr int kBlockN = 64, k
 template <bool kDq> struct LambdaTiles<256, kDq> { static constexpr int kBlockN = 32, kStages = 2; };  // 192 KB of smem
 
 // kDq: the λ pre-pass alone (rowstate) or, in the full backward, λ and dQ (rowstate and p.dq).
-template <typename T, int kHeadDim, bool kDq = false>
+// kBlockNOverride > 0: key tiles of that width instead, in kStagesOverride stages (A/B variants).
+template <typename T, int kHeadDim, bool kDq = false, int kBlockNOverride = 0, int kStagesOverride = 0>
 void run_lambda_prepass(const AttnParams& p, int total_q, int total_k) {
   using Tiles = LambdaTiles<kHeadDim, kDq>;
-  using Traits = LambdaTraits<T, kHeadDim, Tiles::kBlockN, Tiles::kStages, kDq>;
+  constexpr int kBlockN = kBlockNOverride > 0 ? kBlockNOverride : Tiles::kBlockN;
+  constexpr int kStages = kStagesOverride > 0 ? kStagesOverride : Tiles::kStages;
+  using Traits = LambdaTraits<T, kHeadDim, kBlockN, kStages, kDq>;
   const bool varlen = p.cu_seqlens_q != 0;
   LambdaKernelParams<Traits> prm;
   set_tma_extents(prm, p, total_q, total_k);

@@ -60,9 +60,9 @@ void hopper_backward(const AttnParams& p) {
       launch_dq_finish<T, D>(p);
       return;
     }
-    // delta, lambda, dQ (variants 7 and 8: 96- and 128-key tiles at d = 64)
+    // delta, lambda, dQ (variants 7 and 8: 64- and 128-key tiles at d = 64 instead of 96)
     if (D == 64 && variant == 7) {
-      sm90::run_lambda_prepass<T, D, true, D == 64 ? 96 : 0, D == 64 ? 3 : 0>(p, p.total_q, p.total_k);
+      sm90::run_lambda_prepass<T, D, true, D == 64 ? 64 : 0, D == 64 ? 3 : 0>(p, p.total_q, p.total_k);
     } else if (D == 64 && variant == 8) {
       sm90::run_lambda_prepass<T, D, true, D == 64 ? 128 : 0, D == 64 ? 2 : 0>(p, p.total_q, p.total_k);
     } else {

@@ -74,17 +74,19 @@ if torch.cuda.get_device_capability()[0] >= 9:
                 assert torch.isfinite(rowstate[..., :3]).all(), "λ pre-pass left rows unwritten"
 
 # The Hopper backward (d=64/128; GPROJ_HOPPER_BWD=1) in both numerics modes and every variant
-# (GPROJ_BWD_VARIANT: gproj's default, three parts, dQ in the KV pass, two warpgroups at d=64,
-# two parts),
-# GQA, causal, odd lengths.
+# (GPROJ_BWD_VARIANT, csrc/api/variants.h), GQA, causal, odd lengths; one kv head and one query
+# head carry an offset, so the lazy centering reads K' / Q' there and K / Q elsewhere.
 if torch.cuda.get_device_capability()[0] == 9:
     os.environ["GPROJ_HOPPER_BWD"] = "1"
-    for numerics, causal, variant, d in itertools.product(("fa3", "gproj"), (False, True), "03456",
-                                                           (64, 128)):
+    for numerics, causal, variant, d in itertools.product(("fa3", "gproj"), (False, True),
+                                                           "0345678", (64, 128)):
         os.environ["GPROJ_BWD_VARIANT"] = variant
-        q = torch.randn(2, 77, 4, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-        k = torch.randn(2, 150, 2, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-        v = torch.randn(2, 150, 2, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        q = torch.randn(2, 77, 4, d, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(2, 150, 2, d, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn(2, 150, 2, d, device="cuda", dtype=torch.bfloat16)
+        k[:, :, 1] += 40
+        q[:, :, 2] += 20
+        q, k, v = (t.requires_grad_() for t in (q, k, v))
         o = gproj_cuda.attention(q, k, v, causal=causal, numerics=numerics)
         o.backward(torch.randn_like(o))
     os.environ["GPROJ_HOPPER_BWD"] = os.environ["GPROJ_BWD_VARIANT"] = "0"

@@ -44,10 +44,11 @@ inline int causal_ascending() {
 //      (rounded A; the default until session 8);
 //   6: the default with A in two parts (no projection: session 6's default);
 //   7, 8: the default with 64-key (3 stages; the default until session 8) or 128-key (2 stages)
-//      tiles in the d = 64 Q-outer pass instead of 96 (3 stages).
+//      tiles in the d = 64 Q-outer pass instead of 96 (3 stages);
+//   9: the default with 96-row query tiles in the d = 64 KV-outer pass instead of 64.
 inline int bwd_variant() {
   const char* v = std::getenv("GPROJ_BWD_VARIANT");
-  return (v != nullptr && v[0] >= '3' && v[0] <= '8' && v[1] == '\0') ? v[0] - '0' : 0;
+  return (v != nullptr && v[0] >= '3' && v[0] <= '9' && v[1] == '\0') ? v[0] - '0' : 0;
 }
 
 // Whether the gproj Hopper backward rounds A once and projects dK (needs dk_unprojected, dk_keysum).

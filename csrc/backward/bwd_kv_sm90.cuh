@@ -42,7 +42,7 @@ namespace gproj {
 namespace sm90 {
 
 template <typename T_, int kHeadDim_, bool kGProj_, int kAParts_ = 3, bool kDqHere_ = !kGProj_,
-          int kMmaWGs_ = 2>
+          int kMmaWGs_ = 2, int kBlockM_ = 64>
 struct BwdKvTraits {
   using T = T_;
   static constexpr bool kGProj = kGProj_;
@@ -73,8 +73,10 @@ struct BwdKvTraits {
   using Element = typename CuteElement<T_>::type;
   // With no dS~ / dQ buffers the shared memory holds a third Q / dO / Q' stage (two measured the
   // same, within 2%: NOTES.md session 6).
-  static constexpr int kHeadDim = kHeadDim_, kBlockN = 64 * kMmaWGs, kBlockM = 64,
+  // Query tiles of 64 rows; 96 (a multiple of 32: the row-state copy) only without dQ here.
+  static constexpr int kHeadDim = kHeadDim_, kBlockN = 64 * kMmaWGs, kBlockM = kBlockM_,
                        kStages = kDqHere ? 2 : 3;
+  static_assert(kBlockM == 64 || (kBlockM % 32 == 0 && !kDqHere_), "query tiles: 64 rows with dQ here");
   static constexpr int kNumMmaThreads = 128 * kMmaWGs, kNumThreads = kNumMmaThreads + 128;
   using HD = Int<kHeadDim>;
   using BM = Int<kBlockM>;
@@ -348,10 +350,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   // cp.async, issued a tile ahead and waited for just before the barrier that publishes them
   // (consumers_sync where the warpgroups meet every tile, else the warpgroup's own), so the load
   // latency hides behind the tile's work and holds no registers. The first warp of each consumer
-  // warpgroup takes 32 of the 64 rows of the shared copy, or all 64 of its own. Rows past the end
-  // are zero-filled (finite); the mask pass zeroes their P.
+  // warpgroup takes 32 of the 64 rows of the shared copy, or all kBlockM of its own. Rows past the
+  // end are zero-filled (finite); the mask pass zeroes their P.
   const int w = wg - 1;  // this consumer warpgroup
-  constexpr int kRowsPerLane = Traits::kRowCopies == 1 ? 1 : 2;
+  constexpr int kRowsPerLane = Traits::kRowCopies == 1 ? 1 : kBlockM / 32;
   const int row_copy = Traits::kRowCopies == 1 ? 0 : w;
   const bool row_lane = (tid & 127) < 32;
   auto fetch_rows = [&](int it) {
@@ -713,9 +715,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 }
 
 template <typename T, int kHeadDim, bool kGProj, int kAParts = 3, bool kDqHere = !kGProj,
-          int kMmaWGs = 2>
+          int kMmaWGs = 2, int kBlockM = 64>
 void run_bwd_kv(const AttnParams& p, int total_q, int total_k) {
-  using Traits = BwdKvTraits<T, kHeadDim, kGProj, kAParts, kDqHere, kMmaWGs>;
+  using Traits = BwdKvTraits<T, kHeadDim, kGProj, kAParts, kDqHere, kMmaWGs, kBlockM>;
   const bool varlen = p.cu_seqlens_q != 0;
   BwdKvParams<Traits> prm;
   set_tma_extents(prm, p, total_q, total_k);

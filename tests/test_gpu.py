@@ -490,7 +490,7 @@ def test_hopper_lambda_prepass_matches_dq_pass(dtype, d, causal):
                          ids=["gqa", "square", "mqa"])
 @pytest.mark.parametrize("variant", ["0", "3", "4", "5", "6", "7", "8", "9"],
                          ids=["default", "three-parts", "dq-in-kv", "kv-3wg", "two-parts",
-                              "qouter-64keys", "qouter-128keys", "kv-96rows"])
+                              "qouter-64keys", "qouter-128keys", "kv-64rows"])
 @pytest.mark.parametrize("d", [64, 128])
 def test_hopper_kv_backward(numerics, dtype, causal, window, shape, variant, d, monkeypatch):
     """The Hopper backward (csrc/backward/bwd_kv_sm90.cuh, bwd_lambda_sm90.cuh, d=64/128;

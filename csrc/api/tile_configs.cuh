@@ -75,8 +75,10 @@ void hopper_backward(const AttnParams& p) {
     } else {                    // A in one part, then dK projected
       bool three_wgs = false;  // d = 64, variant 5: three consumer warpgroups (rounded A), the
       if constexpr (D == 64) three_wgs = variant == 5;  // default until session 8
-      bool rows96 = false;     // d = 64, variant 9: 96-row query tiles
-      if constexpr (D == 64) rows96 = variant == 9;
+      // d = 64: 96-row query tiles (measured 4-7% faster for this pass at N = 2k-16k, 3% slower
+      // at 2k causal: NOTES.md session 8); variant 9: 64 rows, as at d = 128
+      bool rows96 = false;
+      if constexpr (D == 64) rows96 = variant != 9;
       if (three_wgs) {
         if constexpr (D == 64) sm90::run_bwd_kv<T, D, true, 1, false, 3>(p, p.total_q, p.total_k);
       } else if (rows96) {

@@ -45,7 +45,8 @@ inline int causal_ascending() {
 //   6: the default with A in two parts (no projection: session 6's default);
 //   7, 8: the default with 64-key (3 stages; the default until session 8) or 128-key (2 stages)
 //      tiles in the d = 64 Q-outer pass instead of 96 (3 stages);
-//   9: the default with 96-row query tiles in the d = 64 KV-outer pass instead of 64.
+//   9: the default with 64-row query tiles in the d = 64 KV-outer pass instead of 96 (the
+//      default until session 8).
 inline int bwd_variant() {
   const char* v = std::getenv("GPROJ_BWD_VARIANT");
   return (v != nullptr && v[0] >= '3' && v[0] <= '9' && v[1] == '\0') ? v[0] - '0' : 0;

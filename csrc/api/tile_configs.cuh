@@ -60,11 +60,15 @@ void hopper_backward(const AttnParams& p) {
       launch_dq_finish<T, D>(p);
       return;
     }
-    // delta, lambda, dQ (variants 7 and 8: 64- and 128-key tiles at d = 64 instead of 96)
-    if (D == 64 && variant == 7) {
-      sm90::run_lambda_prepass<T, D, true, D == 64 ? 64 : 0, D == 64 ? 3 : 0>(p, p.total_q, p.total_k);
-    } else if (D == 64 && variant == 8) {
-      sm90::run_lambda_prepass<T, D, true, D == 64 ? 128 : 0, D == 64 ? 2 : 0>(p, p.total_q, p.total_k);
+    // delta, lambda, dQ; at d = 64 variants 7 and 8 run 64- and 128-key tiles instead of 96
+    if constexpr (D == 64) {
+      if (variant == 7) {
+        sm90::run_lambda_prepass<T, D, true, 64, 3>(p, p.total_q, p.total_k);
+      } else if (variant == 8) {
+        sm90::run_lambda_prepass<T, D, true, 128, 2>(p, p.total_q, p.total_k);
+      } else {
+        sm90::run_lambda_prepass<T, D, true>(p, p.total_q, p.total_k);
+      }
     } else {
       sm90::run_lambda_prepass<T, D, true>(p, p.total_q, p.total_k);
     }
@@ -73,16 +77,15 @@ void hopper_backward(const AttnParams& p) {
     } else if (variant == 6) {  // A in two rounded parts
       sm90::run_bwd_kv<T, D, true, 2, false, kPartsWGs>(p, p.total_q, p.total_k);
     } else {                    // A in one part, then dK projected
-      bool three_wgs = false;  // d = 64, variant 5: three consumer warpgroups (rounded A), the
-      if constexpr (D == 64) three_wgs = variant == 5;  // default until session 8
-      // d = 64: 96-row query tiles (measured 4-7% faster for this pass at N = 2k-16k, 3% slower
-      // at 2k causal: NOTES.md session 8); variant 9: 64 rows, as at d = 128
-      bool rows96 = false;
-      if constexpr (D == 64) rows96 = variant != 9;
-      if (three_wgs) {
-        if constexpr (D == 64) sm90::run_bwd_kv<T, D, true, 1, false, 3>(p, p.total_q, p.total_k);
-      } else if (rows96) {
-        if constexpr (D == 64) sm90::run_bwd_kv<T, D, true, 1, false, 2, 96>(p, p.total_q, p.total_k);
+      if constexpr (D == 64) {
+        if (variant == 5) {         // three consumer warpgroups, rounded A (the default until
+          sm90::run_bwd_kv<T, D, true, 1, false, 3>(p, p.total_q, p.total_k);  // session 8)
+        } else if (variant == 9) {  // 64-row query tiles, as at d = 128
+          sm90::run_bwd_kv<T, D, true, 1, false, 2>(p, p.total_q, p.total_k);
+        } else {  // 96-row query tiles: this pass 4-7% faster at N = 2k-16k, 3% slower at 2k
+                  // causal (NOTES.md session 8)
+          sm90::run_bwd_kv<T, D, true, 1, false, 2, 96>(p, p.total_q, p.total_k);
+        }
       } else {
         sm90::run_bwd_kv<T, D, true, 1, false, 2>(p, p.total_q, p.total_k);
       }

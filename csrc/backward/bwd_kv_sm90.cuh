@@ -76,7 +76,8 @@ struct BwdKvTraits {
   // Query tiles of 64 rows; 96 (a multiple of 32: the row-state copy) only without dQ here.
   static constexpr int kHeadDim = kHeadDim_, kBlockN = 64 * kMmaWGs, kBlockM = kBlockM_,
                        kStages = kDqHere ? 2 : 3;
-  static_assert(kBlockM == 64 || (kBlockM % 32 == 0 && !kDqHere_), "query tiles: 64 rows with dQ here");
+  static_assert(kBlockM == 64 || (kBlockM % 32 == 0 && !kDqHere_),
+                "query tiles: 64 rows with dQ here, else a multiple of 32");
   static constexpr int kNumMmaThreads = 128 * kMmaWGs, kNumThreads = kNumMmaThreads + 128;
   using HD = Int<kHeadDim>;
   using BM = Int<kBlockM>;

@@ -439,7 +439,8 @@ template <bool kDq> struct LambdaTiles<256, kDq> { static constexpr int kBlockN 
 
 // kDq: the λ pre-pass alone (rowstate) or, in the full backward, λ and dQ (rowstate and p.dq).
 // kBlockNOverride > 0: key tiles of that width instead, in kStagesOverride stages (A/B variants).
-template <typename T, int kHeadDim, bool kDq = false, int kBlockNOverride = 0, int kStagesOverride = 0>
+template <typename T, int kHeadDim, bool kDq = false, int kBlockNOverride = 0,
+          int kStagesOverride = 0>
 void run_lambda_prepass(const AttnParams& p, int total_q, int total_k) {
   using Tiles = LambdaTiles<kHeadDim, kDq>;
   constexpr int kBlockN = kBlockNOverride > 0 ? kBlockNOverride : Tiles::kBlockN;

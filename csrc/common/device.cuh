@@ -97,7 +97,8 @@ __device__ __forceinline__ float exp2_approx(float x) {
 }
 
 // acc + a . b over two 16-byte chunks of eight 16-bit values, in element order, fp32 (fused
-// multiply-adds): the q . shift sum of the sm90 forward and the delta of the λ pass.
+// multiply-adds): the q . shift sum of the sm90 forward and the deltas of the λ pass and of
+// delta_kernel (bwd_prepost.cuh).
 template <typename T>
 __device__ __forceinline__ float dot8_accumulate(uint4 a, uint4 b, float acc) {
   const uint32_t aw[4] = {a.x, a.y, a.z, a.w}, bw[4] = {b.x, b.y, b.z, b.w};

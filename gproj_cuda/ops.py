@@ -222,9 +222,8 @@ def backward_cuda(dout, q, k, v, out, stats, cu_q, cu_k, max_q, max_k, scale, wl
         # multiply them by dS~ = 0, which gives NaN where K' or Q' was left unwritten (garbage);
         # the forward only masks scores there, so it stays lazy for varlen too.
         if lazy_centering and not varlen:
-            nseq = (cu_k.shape[0] - 1) if varlen else k.shape[0]
-            k_flags = torch.empty((nseq, k.shape[-2]), dtype=torch.int32, device=k.device)
-            q_flags = torch.empty((nseq, q.shape[-2]), dtype=torch.int32, device=q.device)
+            k_flags = torch.empty(k.shape[0], k.shape[-2], dtype=torch.int32, device=k.device)
+            q_flags = torch.empty(q.shape[0], q.shape[-2], dtype=torch.int32, device=q.device)
         k_centered, _ = center_keys_cuda(k, cu_k, max_k, flags=k_flags)  # the forward's shift
         # Q' = Q - q_shift, the dK GEMM's operand (loaded by TMA in the KV-outer pass)
         q_centered, q_shift = center_keys_cuda(q, cu_q, max_q, flags=q_flags)

@@ -4,11 +4,12 @@
 // in fa3 mode) in Python take the mma.sync passes instead (as does everything this does not
 // cover).
 //
-// One block = 128 keys of one (sequence, kv head) (gproj at d = 64: 192). K and V stay in shared
-// memory; the block walks every query head of its GQA group and every 64-row query tile that sees
-// its keys, and a producer warpgroup streams Q and dO (gproj: and Q') tiles by TMA through a 2-
-// (gproj: 3-) stage mbarrier ring. Two consumer warpgroups (gproj at d = 64: three, with 160
-// registers each) own 64 keys each. Per query tile (transposed, rows are keys):
+// One block = 128 keys of one (sequence, kv head). K and V stay in shared memory; the block walks
+// every query head of its GQA group and every 64-row query tile (gproj at d = 64: 96 rows) that
+// sees its keys, and a producer warpgroup streams Q and dO (gproj: and Q') tiles by TMA through a
+// 2- (gproj: 3-) stage mbarrier ring. Two consumer warpgroups own 64 keys each (GPROJ_BWD_VARIANT
+// 5: three at d = 64, 192-key blocks, 160 registers each). Per query tile (transposed, rows are
+// keys):
 //   S^T  = K Q^T, dP^T = V dO^T            WGMMA, both operands in shared memory
 //   P^T from the saved softmax state, dS^T = P^T (dP^T - delta)          registers, fp32
 //   dV  += P~^T dO,  dK += dS~^T Q          WGMMA, A (P~, dS~) straight from registers
@@ -50,7 +51,7 @@ struct BwdKvTraits {
   static constexpr bool kDqHere = kDqHere_;
   // Consumer warpgroups, 64 keys each. Three (192-key blocks, 160 registers each) only without
   // dQ here (its GEMM splits the head dim between two) and where dK and dV fit: d = 64 (8 bytes
-  // of spill; 1-5% faster than two, NOTES.md session 6).
+  // of spill; the default in session 6, 2-4% slower than two with A from fp32 in session 8).
   static constexpr int kMmaWGs = kMmaWGs_;
   static_assert(kMmaWGs == 2 || (kMmaWGs == 3 && !kDqHere_ && kHeadDim_ == 64),
                 "three consumer warpgroups: gproj at d = 64 only");

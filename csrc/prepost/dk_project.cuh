@@ -19,8 +19,8 @@
 // (one consumer warpgroup's), Σ_j dK_j (head dim values) and Σ_j ||dK_j|| in fp64
 // (p.dk_keysum); dk_keysum_total_kernel sums them in order; dk_project_kernel projects and rounds
 // once into p.dk (and, where the caller asked for it, writes the projected fp32 dK into
-// p.dk_accum: the value the SPEC's bar is measured on). One read of the fp32 dK and one bf16 write. Bitwise reproducible: every sum has a
-// fixed order.
+// p.dk_accum: the value the SPEC's bar is measured on). One read of the fp32 dK and one bf16
+// write. Bitwise reproducible: every sum has a fixed order.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -41,7 +41,9 @@ constexpr int kKeysumSlot = 64;
 __host__ __device__ inline int dk_keysum_slots(int keys) {
   return (keys + kKeysumSlot - 1) / kKeysumSlot;
 }
-__host__ __device__ inline int dk_keysum_slots(const AttnParams& p) { return dk_keysum_slots(p.seqlen_k); }
+__host__ __device__ inline int dk_keysum_slots(const AttnParams& p) {
+  return dk_keysum_slots(p.seqlen_k);
+}
 
 // Grid: (heads_k, batch). Σ over the sequence's slots of their key sums, in place into slot
 // 0: columns split between kParts threads that sum consecutive runs of slots, eight loads in

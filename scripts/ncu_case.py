@@ -1,6 +1,8 @@
 """One forward + backward of one shape, for Nsight Compute (scripts/ncu_round.sh): the kernels
 under the profiler run once each after a warm-up, so `ncu -k regex:... -s 1 -c 1` catches a
-steady-state launch. Usage: python scripts/ncu_case.py NUMERICS N [HDIM] [causal]"""
+steady-state launch. Usage: python scripts/ncu_case.py NUMERICS N [HDIM] [causal]
+NUMERICS "upstream": FlashAttention-3's own forward (the `tokenspeed-fa3` wheel's
+flash_attn_interface, forward only), for a side-by-side profile."""
 import sys
 
 import torch
@@ -18,6 +20,15 @@ def main():
                    for _ in range(4))
     s = d ** -0.5
     wr = 0 if causal else -1
+    if numerics == "upstream":
+        import flash_attn_interface
+        for _ in range(2):
+            out = flash_attn_interface.flash_attn_func(q, k, v, softmax_scale=s, causal=causal)
+            out = out[0] if isinstance(out, tuple) else out
+        torch.cuda.synchronize()
+        assert torch.isfinite(out).all(), "non-finite output"
+        print(f"upstream FA3 forward N={n} d={d} causal={causal}: ok")
+        return
     for _ in range(2):  # warm-up launch, then the profiled one
         out, _, st = forward_cuda(q, k, v, None, None, n, n, s, -1, wr, numerics)
         dq, dk, dv = backward_cuda(do, q, k, v, out, st, None, None, n, n, s, -1, wr, numerics,

@@ -68,3 +68,27 @@ def interleaved(cands, env_var, reps):
             for name, a_ev, b_ev in evs:
                 times[name].append(a_ev.elapsed_time(b_ev))
     return {name: sorted(t)[len(t) // 2] for name, t in times.items()}
+
+
+def with_library(path):
+    """A wrapper that runs a function with another build of the extension (a .so file, e.g. the
+    previous commit's) in place of gproj_cuda._C, for A/B runs of two builds in one process
+    (scripts/fwd_ab.py and bwd_ab.py, AB_LIB=path)."""
+    import importlib.machinery
+    import importlib.util
+
+    from gproj_cuda import _ext
+    loader = importlib.machinery.ExtensionFileLoader("_C", path)
+    spec = importlib.util.spec_from_file_location("_C", path, loader=loader)
+    alt = importlib.util.module_from_spec(spec)
+    loader.exec_module(alt)
+
+    def wrap(fn):
+        def run(*a, **kw):
+            own, _ext._C = _ext._C, alt
+            try:
+                return fn(*a, **kw)
+            finally:
+                _ext._C = own
+        return run
+    return wrap

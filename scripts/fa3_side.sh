@@ -2,7 +2,8 @@
 # FlashAttention-3's own forward beside ours on the lent H200: the `tokenspeed-fa3` wheel's
 # flash_attn_interface (forward only) in bench/speed.py, then Nsight Compute on one steady-state
 # launch of FA3's forward kernel and of ours (fa3 and gproj modes) at the same shape.
-#   OUT=... [D=128] [NCU_N=4096] [CAUSAL=] [SPEED=1] [NCU=1] bash scripts/fa3_side.sh
+#   OUT=... [D=128] [NCU_N=4096] [CAUSAL=] [SPEED=1] [NCU=1] [MODES="upstream fa3 gproj"] \
+#     bash scripts/fa3_side.sh
 # Expects the wheel unpacked under _wheels/fa3/ (flash_attn_interface.py, flash_attn_config.py,
 # flash_attn_3/_C.abi3.so, or that .so as .so.xz: the carried tree is limited to 64 MiB and the
 # wheel's library is 300 MB unpacked, 29 MB as xz).
@@ -24,9 +25,9 @@ if [ "${NCU:-1}" = 1 ]; then
   SECTIONS="--section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats \
    --section SourceCounters --section SchedulerStats --section LaunchStats --section Occupancy \
    --section InstructionStats"
-  for mode in upstream fa3 gproj; do
+  for mode in ${MODES:-upstream fa3 gproj}; do
     kern=fwd_sm90_kernel
-    [ $mode = upstream ] && kern=FlashAttnFwd
+    [ $mode = upstream ] && kern=device_kernel  # (FA3 launches cutlass::device_kernel<...>)
     rep="$OUT/ncu_fwd_${mode}_d${D:-128}_n${NCU_N:-4096}${CAUSAL:+_causal}"
     timeout 150 ncu -k "regex:$kern" -s 1 -c 1 $SECTIONS --import-source yes -f -o "$rep" \
       python3 scripts/ncu_case.py $mode ${NCU_N:-4096} ${D:-128} ${CAUSAL:-} > "$rep.log" 2>&1

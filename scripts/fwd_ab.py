@@ -3,11 +3,13 @@ call) and numerics modes, interleaved call by call in one process, so clock and 
 every candidate alike (separate bench/speed.py runs drift by +-5-10% per shape). Prints the median
 time of each candidate and its ratio to cuDNN's.
 Usage: python scripts/fwd_ab.py VARIANTS [d,N[,causal] ...]   e.g.  0,2  128,2048 64,16384,causal
-AB_ENV=NAME makes VARIANTS values of that switch instead (e.g. AB_ENV=GPROJ_CAUSAL_ASCENDING 0,1)."""
+AB_ENV=NAME makes VARIANTS values of that switch instead (e.g. AB_ENV=GPROJ_CAUSAL_ASCENDING 0,1).
+AB_LIB=PATH adds "fa3 lib" and "gproj lib": the same call through another build of the extension
+(e.g. the previous commit's .so), interleaved with the others."""
 import os
 import sys
 
-from _timing import Case, interleaved
+from _timing import Case, interleaved, with_library
 
 from gproj_cuda.ops import forward_cuda
 
@@ -17,8 +19,10 @@ def main():
     shapes = sys.argv[2:] or ["64,2048", "64,16384", "128,2048", "128,2048,causal", "128,16384",
                               "128,16384,causal", "256,2048", "256,16384"]
     reps = int(os.environ.get("AB_REPS", "25"))
-    print(f"{'d':>4} {'N':>6} {'causal':>6} | {'cuDNN ms':>8} | " +
-          " ".join(f"{m + ' v' + v:>14}" for m in ("fa3", "gproj") for v in variants))
+    lib = with_library(os.environ["AB_LIB"]) if os.environ.get("AB_LIB") else None
+    names = [x for m in ("fa3", "gproj")
+             for x in [f"{m} v{v}" for v in variants] + ([f"{m} lib"] if lib else [])]
+    print(f"{'d':>4} {'N':>6} {'causal':>6} | {'cuDNN ms':>8} | " + " ".join(f"{x:>14}" for x in names))
     for a in shapes:
         c = Case.parse(a)
         d, n, causal = c.d, c.n, c.causal
@@ -28,6 +32,9 @@ def main():
             for var in variants:
                 cands.append((f"{m} v{var}", var, lambda m=m: forward_cuda(
                     q, k, v, None, None, n, n, s, -1, wr, m)))
+            if lib:
+                cands.append((f"{m} lib", variants[0], lib(lambda m=m: forward_cuda(
+                    q, k, v, None, None, n, n, s, -1, wr, m))))
         med = interleaved(cands, os.environ.get("AB_ENV", "GPROJ_FWD_VARIANT"), reps)
         base = med["cudnn"]
         print(f"{d:4d} {n:6d} {str(causal):>6} | {base:8.3f} | " +

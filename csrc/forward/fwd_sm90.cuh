@@ -368,10 +368,25 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       pipe_k.consumer_release(rd_k);
       ++rd_k;
       softmax(tSrS, nb_max - 1);
-      to_p(tSrS, tOrP);
-      // Steady state: S of the next tile and P.V of this one in flight together; the softmax of
-      // the next tile runs while the tensor cores finish P.V (intra-warpgroup overlap).
+      // Steady state: S of tile nb and P.V of tile nb + 1 in flight together; the softmax of
+      // tile nb runs while the tensor cores finish P.V (intra-warpgroup overlap). P.V is waited
+      // for at the top of the next iteration (finish_pv), so that the wait and the softmax are in
+      // different basic blocks: written as wait-after-softmax in one block, ptxas hoisted the
+      // wait (WARPGROUP.DEPBAR) above the softmax in every kernel, and the two ran one after the
+      // other (SASS and ncu, bench/NOTES.md session 9).
+      // pv_in_flight: false before the first P.V (nothing to wait for, no V stage to release,
+      // O still zero).
+      auto finish_pv = [&](bool pv_in_flight) {
+        warpgroup_wait<0>();  // P.V done: P may be overwritten, V released
+        if (pv_in_flight) {
+          pipe_v.consumer_release(rd_v);
+          ++rd_v;
+          rescale_o();
+        }
+        to_p(tSrS, tOrP);
+      };
       for (int nb = nb_max - 2; nb >= nb_min; --nb) {
+        finish_pv(nb < nb_max - 2);
         if constexpr (Traits::kPingpong) turn_wait(consumer);
         issue_s(tSrS, rd_k);
         pipe_v.consumer_wait(rd_v);
@@ -381,12 +396,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         pipe_k.consumer_release(rd_k);
         ++rd_k;
         softmax(tSrS, nb);
-        warpgroup_wait<0>();  // P.V done: P may be overwritten, V released
-        pipe_v.consumer_release(rd_v);
-        ++rd_v;
-        rescale_o();
-        to_p(tSrS, tOrP);
       }
+      finish_pv(nb_max - 2 >= nb_min);
       if constexpr (Traits::kPingpong) turn_wait(consumer);
       pipe_v.consumer_wait(rd_v);
       wg_gemm<false>(mma_pv, tOrPa, tOrV(_, _, _, rd_v.index()), tOrO);

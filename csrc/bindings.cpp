@@ -53,7 +53,9 @@ void set3(int64_t (&a)[N], const std::array<int64_t, N>& v) {
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "gproj_cuda kernels (exact-max forward, GProj backward); see gproj_cuda for the API";
-  py::class_<AttnParams>(m, "Params")
+  // module_local: two builds of this module can be loaded side by side (scripts/_timing.py,
+  // with_library: A/B of two commits in one process) without their Params types colliding.
+  py::class_<AttnParams>(m, "Params", py::module_local())
       .def(py::init<>())
       .def_readwrite("q", &AttnParams::q)
       .def_readwrite("k", &AttnParams::k)

@@ -46,6 +46,12 @@ struct FwdTraits : Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_, kMmaWarpGroups_>
   // it, where the branch costs more than the multiplies it saves; so the default skips only
   // without pingpong and variant 2 does the opposite.
   static constexpr bool kSkipRescale = kSkipRescale_;
+  // Where a warpgroup waits for its P.V GEMM: at the top of the next iteration (the softmax of
+  // the next tile overlaps P.V), or after that softmax in the same basic block (where ptxas
+  // hoists the wait above the softmax: no overlap). Interleaved A/B (bench/NOTES.md session 9):
+  // d = 256 +2-5%, d = 128 +0-1%, d = 64 -2 to -7% (its softmax is long next to its GEMMs and
+  // the other warpgroup's GEMMs already hide it).
+  static constexpr bool kPvWaitAtTop = kHeadDim_ >= 128;
   using typename Base::TiledMmaPV;    // O = P V
   using typename Base::SmemLayoutVt;  // V^T
 
@@ -369,11 +375,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       ++rd_k;
       softmax(tSrS, nb_max - 1);
       // Steady state: S of tile nb and P.V of tile nb + 1 in flight together; the softmax of
-      // tile nb runs while the tensor cores finish P.V (intra-warpgroup overlap). P.V is waited
-      // for at the top of the next iteration (finish_pv), so that the wait and the softmax are in
-      // different basic blocks: written as wait-after-softmax in one block, ptxas hoisted the
-      // wait (WARPGROUP.DEPBAR) above the softmax in every kernel, and the two ran one after the
-      // other (SASS and ncu, bench/NOTES.md session 9).
+      // tile nb runs while the tensor cores finish P.V (intra-warpgroup overlap). With
+      // kPvWaitAtTop, P.V is waited for at the top of the next iteration (finish_pv), so that the
+      // wait and the softmax are in different basic blocks: written as wait-after-softmax in one
+      // block, ptxas hoists the wait (WARPGROUP.DEPBAR) above the softmax, and the two run one
+      // after the other (SASS and ncu, bench/NOTES.md session 9).
       // pv_in_flight: false before the first P.V (nothing to wait for, no V stage to release,
       // O still zero).
       auto finish_pv = [&](bool pv_in_flight) {
@@ -385,8 +391,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         }
         to_p(tSrS, tOrP);
       };
+      if constexpr (!Traits::kPvWaitAtTop) to_p(tSrS, tOrP);
       for (int nb = nb_max - 2; nb >= nb_min; --nb) {
-        finish_pv(nb < nb_max - 2);
+        if constexpr (Traits::kPvWaitAtTop) finish_pv(nb < nb_max - 2);
         if constexpr (Traits::kPingpong) turn_wait(consumer);
         issue_s(tSrS, rd_k);
         pipe_v.consumer_wait(rd_v);
@@ -396,8 +403,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         pipe_k.consumer_release(rd_k);
         ++rd_k;
         softmax(tSrS, nb);
+        if constexpr (!Traits::kPvWaitAtTop) finish_pv(true);
       }
-      finish_pv(nb_max - 2 >= nb_min);
+      if constexpr (Traits::kPvWaitAtTop) finish_pv(nb_max - 2 >= nb_min);
       if constexpr (Traits::kPingpong) turn_wait(consumer);
       pipe_v.consumer_wait(rd_v);
       wg_gemm<false>(mma_pv, tOrPa, tOrV(_, _, _, rd_v.index()), tOrO);

@@ -21,7 +21,7 @@ import sys
 OPS = ("HGMMA", "UTMALDG", "UTMASTG", "UBLKCP", "UBLKRED", "LDL", "STL", "BAR.SYNC", "SYNCS")
 
 
-def find_tool(name):
+def find_tool(name, required=True):
     path = shutil.which(name)
     if path:
         return path
@@ -29,6 +29,8 @@ def find_tool(name):
         cand = os.path.join(p, "nvidia", "cu13", "bin", name)
         if os.path.exists(cand):
             return cand
+    if not required:
+        return None
     raise SystemExit(f"{name} not found: pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm, "
                      "or put the CUDA toolkit's bin/ on PATH")
 

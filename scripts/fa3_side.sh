@@ -22,19 +22,6 @@ if [ "${SPEED:-1}" = 1 ]; then
   echo "$(el) speed.py rc=$?"
 fi
 if [ "${NCU:-1}" = 1 ]; then
-  SECTIONS="--section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats \
-   --section SourceCounters --section SchedulerStats --section LaunchStats --section Occupancy \
-   --section InstructionStats"
-  for mode in ${MODES:-upstream fa3 gproj}; do
-    kern=fwd_sm90_kernel
-    [ $mode = upstream ] && kern=device_kernel  # (FA3 launches cutlass::device_kernel<...>)
-    rep="$OUT/ncu_fwd_${mode}_d${D:-128}_n${NCU_N:-4096}${CAUSAL:+_causal}"
-    timeout 150 ncu -k "regex:$kern" -s 1 -c 1 $SECTIONS --import-source yes -f -o "$rep" \
-      python3 scripts/ncu_case.py $mode ${NCU_N:-4096} ${D:-128} ${CAUSAL:-} > "$rep.log" 2>&1
-    echo "$(el) ncu $mode rc=$?"
-    ncu -i "$rep.ncu-rep" --page details > "$rep.txt" 2>&1
-    ncu -i "$rep.ncu-rep" --page source --csv --print-source sass > "$rep.sass.csv" 2>/dev/null
-    grep -E "^  [a-zA-Z].*(Duration|Compute \(SM\) Throughput|Registers Per|Warp Cycles Per Issued|Executed Ipc Active|Issue Slots Busy|Grid Size|Block Size|Dynamic Shared)" "$rep.txt" | head -12
-    python3 scripts/ncu_regions.py "$rep.sass.csv" 2 > "$rep.regions.txt" 2>&1
-  done
+  MODES=${MODES:-upstream fa3 gproj} KERNS=fwd_sm90_kernel D=${D:-128} CAUSAL=${CAUSAL:-} \
+    bash scripts/ncu_round.sh "${NCU_N:-4096}"
 fi

@@ -113,6 +113,8 @@ void forward_impl(const AttnParams& p) {
       case 3: forward_sm90<T, D, 3>(p); return;
       case 4: forward_sm90<T, D, 4>(p); return;
       case 5: forward_sm90<T, D, 5>(p); return;
+      case 6: forward_sm90<T, D, 6>(p); return;
+      case 7: forward_sm90<T, D, 7>(p); return;
       default: break;
     }
 #endif

@@ -22,7 +22,7 @@ inline int fwd_variant() {
   return 0;
 #else
   const char* v = std::getenv("GPROJ_FWD_VARIANT");
-  return (v != nullptr && v[0] >= '1' && v[0] <= '5' && v[1] == '\0') ? v[0] - '0' : 0;
+  return (v != nullptr && v[0] >= '1' && v[0] <= '7' && v[1] == '\0') ? v[0] - '0' : 0;
 #endif
 }
 

@@ -26,7 +26,8 @@ namespace sm90 {
 using namespace cute;
 
 template <typename T_, int kHeadDim_, int kBlockN_, int kStages_, bool kPingpong_,
-          bool kPersistent_, bool kSkipRescale_ = true, int kMmaWarpGroups_ = 2>
+          bool kPersistent_, bool kSkipRescale_ = true, int kMmaWarpGroups_ = 2,
+          bool kPvFromSmem_ = false>
 struct FwdTraits : Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_, kMmaWarpGroups_> {
   using Base = Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_, kMmaWarpGroups_>;
   using typename Base::Element;
@@ -52,8 +53,26 @@ struct FwdTraits : Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_, kMmaWarpGroups_>
   // d = 256 +2-5%, d = 128 +0-1%, d = 64 -2 to -7% (its softmax is long next to its GEMMs and
   // the other warpgroup's GEMMs already hide it).
   static constexpr bool kPvWaitAtTop = kHeadDim_ >= 128;
-  using typename Base::TiledMmaPV;    // O = P V
   using typename Base::SmemLayoutVt;  // V^T
+  // P for O = P V: from registers (the S accumulator, rounded), or written to shared memory
+  // (stmatrix) and read from there, FlashAttention-3's choice for d = 64 without a mask: with
+  // no P registers, 192-key tiles fit three consumer warpgroups of 160 registers. A single P
+  // buffer per warpgroup: P of tile n is written after P.V of tile n + 1 has been waited for
+  // (so not with kPvWaitAtTop).
+  static constexpr bool kPvFromSmem = kPvFromSmem_;
+  static_assert(!(kPvFromSmem && kPvWaitAtTop), "P in shared memory: P.V waited for before P is written");
+  using TiledMmaPV = std::conditional_t<
+      kPvFromSmem,
+      decltype(make_tiled_mma(
+          GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockN>>,
+                               GMMA::Major::K, GMMA::Major::MN>(),
+          typename Base::AtomLayout{})),
+      typename Base::TiledMmaPV>;
+  using SmemAtomP = decltype(cutlass::gemm::collective::detail::ss_smem_selector<
+                             GMMA::Major::K, Element, Int<Base::kBlockM>, Int<kBlockN>>());
+  using SmemLayoutP =
+      decltype(tile_to_shape(SmemAtomP{}, Shape<Int<Base::kBlockM>, Int<kBlockN>>{}));
+  static constexpr int kPElems = kPvFromSmem ? int(cute::cosize_v<SmemLayoutP>) : 8;
 
   static constexpr int kQBytes = cute::cosize_v<SmemLayoutQ> * int(sizeof(Element));
   static constexpr int kKVBytes = 2 * cute::cosize_v<SmemLayoutK> * int(sizeof(Element));
@@ -63,6 +82,7 @@ struct FwdTraits : Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_, kMmaWarpGroups_>
     cute::array_aligned<Element, kQBuffers * cute::cosize_v<SmemLayoutQ>, 1024> q;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> v;
+    cute::array_aligned<Element, kPElems, 1024> p;  // kPvFromSmem: P of every consumer
     alignas(16) cutlass::arch::ClusterTransactionBarrier barrier_q[kQBuffers];  // Q loaded
     alignas(16) cutlass::arch::ClusterBarrier q_empty[kQBuffers];  // consumers done with Q
     alignas(16) typename Pipeline::SharedStorage pipe_k;
@@ -233,6 +253,14 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   // kernel's warp samples at N = 2k (ncu, bench/NOTES.md "Forward v4").
   auto r2s_o = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_pv);
   auto r2s_o_thr = r2s_o.get_thread_slice(tid);
+  // kPvFromSmem: P from the S accumulator layout into the P buffer, and the GEMM's view of it.
+  Tensor sP = make_tensor(make_smem_ptr(ss.p.data()), typename Traits::SmemLayoutP{});
+  auto r2s_p = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_qk);
+  auto r2s_p_thr = r2s_p.get_thread_slice(tid);
+  auto tOsP = [&] {
+    if constexpr (Traits::kPvFromSmem) return thr_pv.partition_fragment_A(sP);
+    else return 0;
+  }();
   const bool o_vec_ok = p.out_f32 == 0 && p.out % 16 == 0 && p.o_stride[0] % 8 == 0 &&
                         p.o_stride[1] % 8 == 0 && p.o_stride[2] % 8 == 0;
   PipelineState rd_k, rd_v;  // continue across tiles, as the producer's state does
@@ -345,17 +373,48 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
           for (int j = 0; j < size<1>(o_rc); ++j) o_rc(r, j) *= rescale[r];
       }
     };
-    // P rounded once into the A operand of the PV GEMM.
+    // P rounded once into the A operand of the PV GEMM: registers, or (kPvFromSmem) this
+    // warpgroup's rows of the P buffer, visible to the tensor cores (async proxy) and written by
+    // all four warps before the GEMM is issued.
     auto to_p = [&](auto const& tSrS, auto& tOrP) {
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < size(tSrS); ++i) tOrP(i) = static_cast<Element>(tSrS(i));
+      if constexpr (Traits::kPvFromSmem) {
+        // Rounded and stored one stmatrix column block at a time, so that S's registers die as
+        // P leaves.
+        // The buffer's address passes through an empty asm, so that the compiler recomputes the
+        // twelve swizzled stmatrix addresses here instead of keeping them live across the loop
+        // (hoisted, they spilled 100 bytes at 160 registers).
+        Element* p_base = ss.p.data();
+        asm volatile("" : "+l"(p_base));
+        Tensor src = r2s_p_thr.retile_S(tOrP);
+        Tensor src_f = r2s_p_thr.retile_S(tSrS);
+        Tensor dst = r2s_p_thr.partition_D(
+            make_tensor(make_smem_ptr(p_base), typename Traits::SmemLayoutP{}));
+        CUTLASS_PRAGMA_UNROLL
+        for (int n = 0; n < size<2>(src); ++n) {
+          CUTLASS_PRAGMA_UNROLL
+          for (int m = 0; m < size<1>(src); ++m) {
+            CUTLASS_PRAGMA_UNROLL
+            for (int v = 0; v < size<0>(src); ++v) src(v, m, n) = static_cast<Element>(src_f(v, m, n));
+          }
+          copy(r2s_p, src(_, _, n), dst(_, _, n));
+        }
+        cutlass::arch::fence_view_async_shared();
+        wg_sync(consumer);
+      } else {
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < size(tSrS); ++i) tOrP(i) = static_cast<Element>(tSrS(i));
+      }
     };
 
     if (has_keys) {
       ss.barrier_q[buf].wait((qi / kQBuf) & 1);
       Tensor tSrS = partition_fragment_C(mma_qk, select<0, 1>(typename Traits::TileShape{}));
       Tensor tOrP = make_tensor_like<Element>(tSrS);
-      Tensor tOrPa = make_tensor(tOrP.data(), acc_to_a_layout(tSrS.layout()));
+      // The PV GEMM's A operand: P's registers, or its shared-memory descriptors.
+      auto tOrPa = [&] {
+        if constexpr (Traits::kPvFromSmem) return tOsP;
+        else return make_tensor(tOrP.data(), acc_to_a_layout(tSrS.layout()));
+      }();
       // Pingpong: consumer 0 takes the first turn (the last consumer's opening pass); every turn
       // below is a wait/pass pair, the same number in every warpgroup (same key tiles), and
       // consumer 0's extra wait at the end consumes the last consumer's last pass, so no barrier
@@ -506,16 +565,22 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 // are selected with GPROJ_FWD_VARIANT for A/B runs (bench/NOTES.md):
 //   1 no pingpong, 2 the default with the opposite O-rescale skipping (FwdTraits),
 //   3 persistence flipped (the default is persistent at d = 64 only), 4 persistent + kBlockN 176
-//   at d=128, 5 three consumer warpgroups (192-row query tiles) at d=64.
+//   at d=128, 5 three consumer warpgroups (192-row query tiles) at d=64, 6 three consumer
+//   warpgroups on 192 x 192 tiles with P through shared memory at d=64 (FlashAttention-3's
+//   d = 64 non-causal shape), 7 the same with 160-key tiles.
 template <int kHeadDim, int kVariant> struct FwdTiles;
 template <int V> struct FwdTiles<64, V> {
-  static constexpr int kBlockN = 128, kStages = 2, kMmaWarpGroups = V == 5 ? 3 : 2;
+  static constexpr int kBlockN = V == 6 ? 192 : V == 7 ? 160 : 128, kStages = 2;
+  static constexpr int kMmaWarpGroups = V >= 5 && V <= 7 ? 3 : 2;
+  static constexpr bool kPvFromSmem = V == 6 || V == 7;
 };
 template <int V> struct FwdTiles<128, V> {
   static constexpr int kBlockN = V == 4 ? 176 : 128, kStages = 2, kMmaWarpGroups = 2;
+  static constexpr bool kPvFromSmem = false;
 };
 template <int V> struct FwdTiles<256, V> {
   static constexpr int kBlockN = 64, kStages = 2, kMmaWarpGroups = 2;
+  static constexpr bool kPvFromSmem = false;
 };
 
 // Device properties the persistent schedule needs (cached per device).
@@ -542,9 +607,9 @@ void run_forward(const AttnParams& p, int total_q, int total_k) {
   // +1% in fa3 mode; at d = 128 neutral, at d = 256 -4% (scripts/fwd_ab.py, bench/NOTES.md v4).
   // (Variant 5, three consumer warpgroups, stays non-persistent: the form that was measured.)
   constexpr bool kPersistent =
-      kVariant == 4 || (kVariant != 5 && ((kVariant == 3) != (kHeadDim == 64)));
+      kVariant == 4 || (kVariant < 5 && ((kVariant == 3) != (kHeadDim == 64)));
   using Traits = FwdTraits<T, kHeadDim, Tiles::kBlockN, Tiles::kStages, kPingpong, kPersistent,
-                           kSkipRescale, Tiles::kMmaWarpGroups>;
+                           kSkipRescale, Tiles::kMmaWarpGroups, Tiles::kPvFromSmem>;
   const bool varlen = p.cu_seqlens_q != 0;
   FwdKernelParams<Traits> prm;
   set_tma_extents(prm, p, total_q, total_k);

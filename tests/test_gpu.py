@@ -331,9 +331,10 @@ def test_cuda_graph_capture_and_replay():
 @pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "fp16"])
 @pytest.mark.parametrize("d", HDIMS)
 @pytest.mark.parametrize("numerics", ["gproj", "fa3"])
-@pytest.mark.parametrize("variant", ["0", "1", "2", "3", "4", "5"],
+@pytest.mark.parametrize("variant", ["0", "1", "2", "3", "4", "5", "6", "7", "8"],
                          ids=["default", "no-pingpong", "rescale-skip-flipped",
-                              "persistence-flipped", "persistent176", "three-warpgroups"])
+                              "persistence-flipped", "persistent176", "three-warpgroups",
+                              "p-smem-192", "p-smem-160", "two-warpgroups"])
 def test_hopper_forward_matches_mma_sync_oracle(dtype, d, numerics, variant, monkeypatch):
     """The sm_90a forward (TMA + WGMMA) against the mma.sync kernel it replaces: both within the
     emulator's error of float64, on causal, windowed and varlen problems; every tile variant
@@ -354,6 +355,30 @@ def test_hopper_forward_matches_mma_sync_oracle(dtype, d, numerics, variant, mon
         assert e_h <= 1.2 * e_o + 1e-4, (causal, window, e_h, e_o)
         fin = torch.isfinite(ref[1])
         torch.testing.assert_close(hopper[1][fin], oracle[1][fin], rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("numerics", ["gproj", "fa3"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_d64_three_warpgroup_forward_is_bitwise_the_two_warpgroup_one(causal, numerics, monkeypatch):
+    """At d = 64 the default forward takes three consumer warpgroups on 192-row query tiles from
+    N = 2k without a mask and 8k with one (tile_configs.cuh). Each warpgroup's 64 rows see the
+    same key tiles in the same order as with two warpgroups (a masked tile adds exact zeros), so
+    output and LSE must be bitwise those of the two-warpgroup kernel (GPROJ_FWD_VARIANT=8).
+    N is not a multiple of 192: the last tile is partial."""
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("needs a Hopper GPU")
+    n = 8320 if causal else 2304
+    g = torch.Generator(device=DEV).manual_seed(n)
+    q, k, v = (rand(1, n, 2, 64, g=g) for _ in range(3))
+    k = k + 2  # keys with an offset: the centering path too
+    s, wr = 64 ** -0.5, (0 if causal else -1)
+    out3, lse3, _ = forward_cuda(q, k, v, None, None, n, n, s, -1, wr, numerics)
+    monkeypatch.setenv("GPROJ_FWD_VARIANT", "8")
+    out2, lse2, _ = forward_cuda(q, k, v, None, None, n, n, s, -1, wr, numerics)
+    torch.testing.assert_close(out3, out2, rtol=0, atol=0)
+    torch.testing.assert_close(lse3, lse2, rtol=0, atol=0)
+    if not causal:  # and not garbage: the first rows against float64
+        assert row_rel_err(out3[:, :512], reference.attention(q[:, :512], k, v)) < 1e-2
 
 
 @pytest.mark.parametrize("sm80", [False, True], ids=["sm90", "mma.sync"])

@@ -115,9 +115,23 @@ void forward_impl(const AttnParams& p) {
       case 5: forward_sm90<T, D, 5>(p); return;
       case 6: forward_sm90<T, D, 6>(p); return;
       case 7: forward_sm90<T, D, 7>(p); return;
+      case 8: forward_sm90<T, D, 0>(p); return;  // variant 0's kernel at every shape
       default: break;
     }
 #endif
+    // d = 64: three consumer warpgroups on 192-row query tiles (variant 5, non-persistent) where
+    // they measured faster than two on 128-row tiles (persistent): interleaved A/B at 91e0a75
+    // (bench/NOTES.md session 9), fa3 / gproj time, 3 against 2 warpgroups: no mask N=1k
+    // +6% / +7%, 2k -8% / -5%, 4k -11% / -7%, 8k -15% / -11%, 16k -16% / -12%; causal 1k +27%,
+    // 2k +6% / +9%, 4k 0% / +3%, 8k -9% / -4%, 16k -11% / -7%. (Short or masked rows leave more
+    // of a 192-row tile idle on its diagonal and in its last rows.)
+    if constexpr (D == 64) {
+      const bool masked = p.window_left >= 0 || p.window_right >= 0;
+      if (p.seqlen_q >= (masked ? 8192 : 2048)) {
+        forward_sm90<T, D, 5>(p);
+        return;
+      }
+    }
     forward_sm90<T, D, 0>(p);
     return;
   }

@@ -1,7 +1,8 @@
 // Forward attention for Hopper (sm_90a): TMA loads, WGMMA, warp-specialized.
 //
 // Block = one producer warpgroup + two consumer warpgroups on a 128-row query tile (64 rows per
-// consumer warpgroup). The producer's elected thread issues TMA loads of Q (once) and of K and V
+// consumer warpgroup; three on 192 rows at d = 64 from N = 2k without a mask, 8k with one:
+// forward_impl in tile_configs.cuh). The producer's elected thread issues TMA loads of Q (once) and of K and V
 // tiles into a kStages-deep ring guarded by mbarrier pipelines; it keeps only a few registers
 // (setmaxnreg) so the consumers can hold the O accumulator and S in registers.
 // Consumers per key tile: S = Q K^T (WGMMA, both operands in shared memory), mask, online
@@ -605,7 +606,8 @@ void run_forward(const AttnParams& p, int total_q, int total_k) {
   constexpr bool kSkipRescale = (kVariant == 2) == kPingpong;
   // Persistent at d = 64 (variant 3 flips it): there it measured +3-7% in gproj mode and -4 to
   // +1% in fa3 mode; at d = 128 neutral, at d = 256 -4% (scripts/fwd_ab.py, bench/NOTES.md v4).
-  // (Variant 5, three consumer warpgroups, stays non-persistent: the form that was measured.)
+  // (Variants 5-7, three consumer warpgroups, stay non-persistent: the form that was measured;
+  // variant 5 is the d = 64 default at long N, see forward_impl.)
   constexpr bool kPersistent =
       kVariant == 4 || (kVariant < 5 && ((kVariant == 3) != (kHeadDim == 64)));
   using Traits = FwdTraits<T, kHeadDim, Tiles::kBlockN, Tiles::kStages, kPingpong, kPersistent,

@@ -6,18 +6,20 @@ cuDNN's time here reads 10-40% above bench/speed.py's for the same shape (measur
 1.76 vs 1.43 ms at d=128 N=2k), interleaved with our calls; so compare our candidates with each
 other here, and take ratios to cuDNN from speed.py.
 Usage: python scripts/bwd_ab.py VARIANTS [d,N[,causal] ...]   e.g.  0,4  128,2048 64,16384,causal
-AB_ENV=NAME makes VARIANTS values of that switch instead (e.g. AB_ENV=GPROJ_CAUSAL_ASCENDING 0,1)."""
+AB_ENV=NAME makes VARIANTS values of that switch instead (e.g. AB_ENV=GPROJ_CAUSAL_ASCENDING 0,1).
+AB_LIB=PATH adds "fa3 lib" and "gproj lib": the same backward through another build of the
+extension (e.g. the previous commit's .so), with its own forward's softmax state."""
 import os
 import sys
 
 import torch
 import torch.nn.functional as F
-from _timing import Case, interleaved
+from _timing import Case, interleaved, with_library
 
 from gproj_cuda.ops import backward_cuda, forward_cuda
 
 
-def candidates(c, variants):
+def candidates(c, variants, lib=None):
     n, s, wr = c.n, c.scale, c.window_right
     q, k, v = c.q, c.k, c.v
     do = torch.randn_like(q)
@@ -37,6 +39,10 @@ def candidates(c, variants):
         for var in (["0"] if m == "fa3" else variants):
             cands.append((f"{m} v{var}", var, lambda m=m, out=out, st=st: backward_cuda(
                 do, q, k, v, out, st, None, None, n, n, s, -1, wr, m, hopper=True)))
+        if lib:
+            out_l, _, st_l = lib(forward_cuda)(q, k, v, None, None, n, n, s, -1, wr, m)
+            cands.append((f"{m} lib", variants[0], lib(lambda m=m, out=out_l, st=st_l: backward_cuda(
+                do, q, k, v, out, st, None, None, n, n, s, -1, wr, m, hopper=True))))
     return cands
 
 
@@ -45,12 +51,14 @@ def main():
     shapes = sys.argv[2:] or ["64,2048", "64,16384", "128,2048", "128,2048,causal", "128,16384",
                               "128,16384,causal"]
     reps = int(os.environ.get("AB_REPS", "15"))
-    names = ["fa3 v0"] + [f"gproj v{v}" for v in variants]
+    lib = with_library(os.environ["AB_LIB"]) if os.environ.get("AB_LIB") else None
+    names = (["fa3 v0"] + (["fa3 lib"] if lib else []) + [f"gproj v{v}" for v in variants]
+             + (["gproj lib"] if lib else []))
     print(f"{'d':>4} {'N':>6} {'causal':>6} | {'cuDNN ms':>8} | " +
           " ".join(f"{x:>15}" for x in names) + "   (time, then cuDNN time / time)")
     for a in shapes:
         c = Case.parse(a)
-        cands = candidates(c, variants)
+        cands = candidates(c, variants, lib)
         med = interleaved(cands, os.environ.get("AB_ENV", "GPROJ_BWD_VARIANT"), reps)
         base = med["cudnn"]
         print(f"{c.d:4d} {c.n:6d} {str(c.causal):>6} | {base:8.3f} | " +

@@ -62,7 +62,7 @@ sanitize() {   # compute-sanitizer on small shapes through every kernel (scripts
   done
 }
 
-variants() {   # sm90 forward variants (GPROJ_FWD_VARIANT 0-5) side by side with cuDNN, forward only
+variants() {   # sm90 forward variants (GPROJ_FWD_VARIANT 0-8; VARS picks) side by side with cuDNN, forward only
   for V in ${VARS:-0 1 2 3 4 5}; do
     GPROJ_FWD_VARIANT=$V timeout "${VAR_S:-70}" python3 bench/speed.py \
       --impls gproj_cuda/gproj,gproj_cuda/fa3,sdpa_cudnn --ops fwd --hdims 64,128,256 \

@@ -13,7 +13,7 @@ from gproj_cuda.centering import center_keys, key_shift
 torch.manual_seed(0)
 ONLY_HOPPER_BWD = os.environ.get("SANITIZE_ONLY_HOPPER_BWD") == "1"   # the newest kernels alone
 ONLY_FWD = os.environ.get("SANITIZE_ONLY_FWD") == "1"   # the forward variants (+ their backward)
-for variant in (() if ONLY_HOPPER_BWD else ("0", "1", "2", "3", "4", "5", "6", "7")):
+for variant in (() if ONLY_HOPPER_BWD else ("0", "1", "2", "3", "4", "5", "6", "7", "9")):
     os.environ["GPROJ_FWD_VARIANT"] = variant
     for dtype in (torch.bfloat16, torch.float16):
         for d in (64, 128, 256):

@@ -331,10 +331,10 @@ def test_cuda_graph_capture_and_replay():
 @pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "fp16"])
 @pytest.mark.parametrize("d", HDIMS)
 @pytest.mark.parametrize("numerics", ["gproj", "fa3"])
-@pytest.mark.parametrize("variant", ["0", "1", "2", "3", "4", "5", "6", "7", "8"],
+@pytest.mark.parametrize("variant", ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"],
                          ids=["default", "no-pingpong", "rescale-skip-flipped",
                               "persistence-flipped", "persistent176", "three-warpgroups",
-                              "p-smem-192", "p-smem-160", "two-warpgroups"])
+                              "p-smem-192", "p-smem-160", "two-warpgroups", "nonpersistent176"])
 def test_hopper_forward_matches_mma_sync_oracle(dtype, d, numerics, variant, monkeypatch):
     """The sm_90a forward (TMA + WGMMA) against the mma.sync kernel it replaces: both within the
     emulator's error of float64, on causal, windowed and varlen problems; every tile variant

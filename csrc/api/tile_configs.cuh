@@ -116,6 +116,7 @@ void forward_impl(const AttnParams& p) {
       case 6: forward_sm90<T, D, 6>(p); return;
       case 7: forward_sm90<T, D, 7>(p); return;
       case 8: forward_sm90<T, D, 0>(p); return;  // variant 0's kernel at every shape
+      case 9: forward_sm90<T, D, 9>(p); return;
       default: break;
     }
 #endif

@@ -13,18 +13,18 @@ inline bool force_sm80() {
   return v != nullptr && v[0] == '1';
 }
 
-// GPROJ_FWD_VARIANT=1..8: experimental sm90 forward variants for A/B measurements
+// GPROJ_FWD_VARIANT=1..9: experimental sm90 forward variants for A/B measurements
 // (fwd_sm90.cuh, run_forward: no pingpong, O-rescale skipping flipped, persistence flipped,
 // kBlockN 176, three consumer warpgroups, three with P through shared memory on 192- / 160-key
 // tiles; 8: variant 0's kernel at every shape, without the d = 64 choice of three warpgroups in
-// tile_configs.cuh); 0 or unset: the default.
+// tile_configs.cuh; 9: kBlockN 176 at d = 128 without persistence); 0 or unset: the default.
 // Built with GPROJ_FWD_VARIANTS=OFF (GPROJ_NO_FWD_VARIANTS) only the default exists.
 inline int fwd_variant() {
 #ifdef GPROJ_NO_FWD_VARIANTS
   return 0;
 #else
   const char* v = std::getenv("GPROJ_FWD_VARIANT");
-  return (v != nullptr && v[0] >= '1' && v[0] <= '8' && v[1] == '\0') ? v[0] - '0' : 0;
+  return (v != nullptr && v[0] >= '1' && v[0] <= '9' && v[1] == '\0') ? v[0] - '0' : 0;
 #endif
 }
 

@@ -568,7 +568,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 //   3 persistence flipped (the default is persistent at d = 64 only), 4 persistent + kBlockN 176
 //   at d=128, 5 three consumer warpgroups (192-row query tiles) at d=64, 6 three consumer
 //   warpgroups on 192 x 192 tiles with P through shared memory at d=64 (FlashAttention-3's
-//   d = 64 non-causal shape), 7 the same with 160-key tiles.
+//   d = 64 non-causal shape), 7 the same with 160-key tiles, 9 176-key tiles at d=128 without
+//   persistence (0 B spill, where the persistent variant 4 spills 132 B; FlashAttention-3's
+//   d = 128 non-causal tile; prepared in session 9, not yet measured).
 template <int kHeadDim, int kVariant> struct FwdTiles;
 template <int V> struct FwdTiles<64, V> {
   static constexpr int kBlockN = V == 6 ? 192 : V == 7 ? 160 : 128, kStages = 2;
@@ -576,7 +578,7 @@ template <int V> struct FwdTiles<64, V> {
   static constexpr bool kPvFromSmem = V == 6 || V == 7;
 };
 template <int V> struct FwdTiles<128, V> {
-  static constexpr int kBlockN = V == 4 ? 176 : 128, kStages = 2, kMmaWarpGroups = 2;
+  static constexpr int kBlockN = V == 4 || V == 9 ? 176 : 128, kStages = 2, kMmaWarpGroups = 2;
   static constexpr bool kPvFromSmem = false;
 };
 template <int V> struct FwdTiles<256, V> {

@@ -14,15 +14,19 @@ import sys
 
 def main(path):
     recs = json.load(open(path))
-    t = {}
+    t = {}  # (d, N, causal, kind) -> {(impl name, op): record}
     for r in recs:
         kind = r.get("shape") or ("gqa" if r["heads_k"] != r["heads"] else "dense")
         name = r["impl"] + (f"/{r['numerics']}" if r.get("numerics") else "")
-        t.setdefault((r["hdim"], r["seqlen"], r["causal"], kind), {})[(name, r["op"])] = r["ms"]
+        t.setdefault((r["hdim"], r["seqlen"], r["causal"], kind), {})[(name, r["op"])] = r
     commit = recs[0].get("commit", "?")
 
+    def ms(v, name, op):
+        r = v.get((name, op))
+        return r["ms"] if r else None
+
     def ratio(v, name, op):
-        c, x = v.get(("sdpa_cudnn", op)), v.get((name, op))
+        c, x = ms(v, "sdpa_cudnn", op), ms(v, name, op)
         return f"{c / x:.2f}" if c and x else "-"
 
     def n_label(n, kind):
@@ -35,11 +39,9 @@ def main(path):
     print("|---|---|---|---|---|---|---|---|---|")
     for k in order:
         v = t[k]
-        tf = {op: next((r["tflops"] for r in recs if r["impl"] == "sdpa_cudnn" and r["op"] == op
-                        and (r["hdim"], r["seqlen"], r["causal"]) == k[:3]
-                        and (r.get("shape") or ("gqa" if r["heads_k"] != r["heads"] else "dense")) == k[3]),
-                       None) for op in ("fwd", "bwd")}
-        bw = v.get(("gproj_cuda/gproj", "bwd")), v.get(("sdpa_cudnn", "bwd"))
+        tf = {op: v[("sdpa_cudnn", op)]["tflops"] if ("sdpa_cudnn", op) in v else None
+              for op in ("fwd", "bwd")}
+        bw = ms(v, "gproj_cuda/gproj", "bwd"), ms(v, "sdpa_cudnn", "bwd")
         bar = f"{bw[0] / bw[1]:.2f}x" if all(bw) else "-"
         if all(bw) and bw[0] / bw[1] <= 1.6:
             bar = f"**{bar}**"
@@ -54,7 +56,7 @@ def main(path):
     print("|---|---|---|---|---|---|")
     for k in order:
         v = t[k]
-        f3, g, m = v.get(("fa3", "fwd")), v.get(("gproj_cuda/gproj", "fwd")), v.get(("gproj_cuda/fa3", "fwd"))
+        f3, g, m = (ms(v, n, "fwd") for n in ("fa3", "gproj_cuda/gproj", "gproj_cuda/fa3"))
         if not (f3 and g and m):
             continue
         print(f"| {k[0]} | {n_label(k[1], k[3])} | {'yes' if k[2] else 'no'} | {g / f3:.2f} | "

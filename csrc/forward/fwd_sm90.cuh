@@ -73,7 +73,10 @@ struct FwdTraits : Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_, kMmaWarpGroups_>
                              GMMA::Major::K, Element, Int<Base::kBlockM>, Int<kBlockN>>());
   using SmemLayoutP =
       decltype(tile_to_shape(SmemAtomP{}, Shape<Int<Base::kBlockM>, Int<kBlockN>>{}));
-  static constexpr int kPElems = kPvFromSmem ? int(cute::cosize_v<SmemLayoutP>) : 8;
+  struct NoPTiles {};
+  struct PTiles {
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutP>, 1024> p;  // P of every consumer
+  };
 
   static constexpr int kQBytes = cute::cosize_v<SmemLayoutQ> * int(sizeof(Element));
   static constexpr int kKVBytes = 2 * cute::cosize_v<SmemLayoutK> * int(sizeof(Element));
@@ -83,7 +86,7 @@ struct FwdTraits : Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_, kMmaWarpGroups_>
     cute::array_aligned<Element, kQBuffers * cute::cosize_v<SmemLayoutQ>, 1024> q;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> v;
-    cute::array_aligned<Element, kPElems, 1024> p;  // kPvFromSmem: P of every consumer
+    std::conditional_t<kPvFromSmem, PTiles, NoPTiles> p_tiles;  // (no bytes without it)
     alignas(16) cutlass::arch::ClusterTransactionBarrier barrier_q[kQBuffers];  // Q loaded
     alignas(16) cutlass::arch::ClusterBarrier q_empty[kQBuffers];  // consumers done with Q
     alignas(16) typename Pipeline::SharedStorage pipe_k;
@@ -254,14 +257,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   // kernel's warp samples at N = 2k (ncu, bench/NOTES.md "Forward v4").
   auto r2s_o = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_pv);
   auto r2s_o_thr = r2s_o.get_thread_slice(tid);
-  // kPvFromSmem: P from the S accumulator layout into the P buffer, and the GEMM's view of it.
-  Tensor sP = make_tensor(make_smem_ptr(ss.p.data()), typename Traits::SmemLayoutP{});
+  // kPvFromSmem: P from the S accumulator layout into the P buffer.
   auto r2s_p = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_qk);
   auto r2s_p_thr = r2s_p.get_thread_slice(tid);
-  auto tOsP = [&] {
-    if constexpr (Traits::kPvFromSmem) return thr_pv.partition_fragment_A(sP);
-    else return 0;
-  }();
   const bool o_vec_ok = p.out_f32 == 0 && p.out % 16 == 0 && p.o_stride[0] % 8 == 0 &&
                         p.o_stride[1] % 8 == 0 && p.o_stride[2] % 8 == 0;
   PipelineState rd_k, rd_v;  // continue across tiles, as the producer's state does
@@ -384,7 +382,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         // The buffer's address passes through an empty asm, so that the compiler recomputes the
         // twelve swizzled stmatrix addresses here instead of keeping them live across the loop
         // (hoisted, they spilled 100 bytes at 160 registers).
-        Element* p_base = ss.p.data();
+        Element* p_base = ss.p_tiles.p.data();
         asm volatile("" : "+l"(p_base));
         Tensor src = r2s_p_thr.retile_S(tOrP);
         Tensor src_f = r2s_p_thr.retile_S(tSrS);
@@ -413,8 +411,12 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       Tensor tOrP = make_tensor_like<Element>(tSrS);
       // The PV GEMM's A operand: P's registers, or its shared-memory descriptors.
       auto tOrPa = [&] {
-        if constexpr (Traits::kPvFromSmem) return tOsP;
-        else return make_tensor(tOrP.data(), acc_to_a_layout(tSrS.layout()));
+        if constexpr (Traits::kPvFromSmem) {
+          return thr_pv.partition_fragment_A(
+              make_tensor(make_smem_ptr(ss.p_tiles.p.data()), typename Traits::SmemLayoutP{}));
+        } else {
+          return make_tensor(tOrP.data(), acc_to_a_layout(tSrS.layout()));
+        }
       }();
       // Pingpong: consumer 0 takes the first turn (the last consumer's opening pass); every turn
       // below is a wait/pass pair, the same number in every warpgroup (same key tiles), and

@@ -165,15 +165,18 @@ def forward_kernel(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics, k
 
 
 def _hopper_backward(q: Tensor, numerics: str, hopper: Optional[bool]) -> bool:
-    """Whether the Hopper backward (csrc/backward/bwd_kv_sm90.cuh) runs: the default
-    (``hopper=None``) unless GPROJ_HOPPER_BWD=0, where it covers the call so far (head dims 64
-    and 128, sm_90; fa3 numerics in bf16/fp16, gproj in bf16); elsewhere the mma.sync passes run. In
+    """Whether the Hopper backward (csrc/backward/bwd_kv_sm90.cuh; at d = 256
+    bwd_kv_split_sm90.cuh) runs: the default (``hopper=None``) unless GPROJ_HOPPER_BWD=0, where it
+    covers the call so far (sm_90; fa3 numerics in bf16/fp16 at head dims 64, 128 and 256, gproj
+    in bf16 at 64 and 128); elsewhere the mma.sync passes run. In
     fa3 mode its dQ tiles are summed by asynchronous fp32 reduce-adds in varying order: not bitwise
     reproducible (``deterministic=True`` passes hopper=False there: ``_reduce_adds_dq``)."""
     if hopper is None:
         hopper = os.environ.get("GPROJ_HOPPER_BWD", "1") != "0"
-    covered = numerics == "fa3" or q.dtype == torch.bfloat16
-    return (hopper and covered and q.shape[-1] in (64, 128)
+    d = q.shape[-1]
+    covered = (numerics == "fa3" and d in (64, 128, 256)) or (q.dtype == torch.bfloat16 and
+                                                             d in (64, 128))
+    return (hopper and covered
             and torch.cuda.get_device_capability(q.device)[0] == 9)
 
 

@@ -73,7 +73,7 @@ if torch.cuda.get_device_capability()[0] >= 9:
                 torch.cuda.synchronize()
                 assert torch.isfinite(rowstate[..., :3]).all(), "λ pre-pass left rows unwritten"
 
-# The Hopper backward (d=64/128; GPROJ_HOPPER_BWD=1) in both numerics modes and every variant
+# The Hopper backward (d=64/128, and 256 in fa3 mode; GPROJ_HOPPER_BWD=1) in both numerics modes and every variant
 # (GPROJ_BWD_VARIANT, csrc/api/variants.h), GQA, causal, odd lengths; one kv head and one query
 # head carry an offset, so the lazy centering reads K' / Q' there and K / Q elsewhere.
 if torch.cuda.get_device_capability()[0] == 9:
@@ -89,6 +89,16 @@ if torch.cuda.get_device_capability()[0] == 9:
         q, k, v = (t.requires_grad_() for t in (q, k, v))
         o = gproj_cuda.attention(q, k, v, causal=causal, numerics=numerics)
         o.backward(torch.randn_like(o))
-    os.environ["GPROJ_HOPPER_BWD"] = os.environ["GPROJ_BWD_VARIANT"] = "0"
+    os.environ["GPROJ_BWD_VARIANT"] = "0"
+    # d=256, fa3 mode: the head-dim-split KV-outer pass (bwd_kv_split_sm90.cuh), both dtypes,
+    # GQA, causal and windowed, odd lengths (a partial last key tile and query tile)
+    for dtype, (causal, window) in itertools.product(
+            (torch.bfloat16, torch.float16), ((False, (-1, -1)), (True, (-1, -1)), (False, (40, 7)))):
+        q = torch.randn(2, 77, 4, 256, device="cuda", dtype=dtype, requires_grad=True)
+        k = torch.randn(2, 150, 2, 256, device="cuda", dtype=dtype, requires_grad=True)
+        v = torch.randn(2, 150, 2, 256, device="cuda", dtype=dtype, requires_grad=True)
+        o = gproj_cuda.attention(q, k, v, causal=causal, numerics="fa3", window_size=window)
+        o.backward(torch.randn_like(o))
+    os.environ["GPROJ_HOPPER_BWD"] = "0"
 torch.cuda.synchronize()
 print("sanitize case done")

@@ -7,6 +7,7 @@
 #include <string>
 #include "../backward/bwd_dkdv_kernel.cuh"
 #include "../backward/bwd_kv_sm90.cuh"
+#include "../backward/bwd_kv_split_sm90.cuh"
 #include "../backward/bwd_lambda_sm90.cuh"
 #include "../backward/bwd_dq_kernel.cuh"
 #include "../common/cuda_check.h"
@@ -43,11 +44,16 @@ template <typename T, int D>
 void hopper_backward(const AttnParams& p) {
   if (p.numerics != int(Numerics::kGProj)) {
     launch_delta<T, D>(p);
-    sm90::run_bwd_kv<T, D, false>(p, p.total_q, p.total_k);
+    if constexpr (D == 256) {  // dK, dV rows too wide for one warpgroup: the head dim split
+      sm90::run_bwd_kv_split<T, D>(p, p.total_q, p.total_k);
+    } else {
+      sm90::run_bwd_kv<T, D, false>(p, p.total_q, p.total_k);
+    }
     launch_dq_finish<T, D>(p);
     return;
   }
-  if constexpr (std::is_same<T, bf16>::value) {  // (fp16 gproj: the mma.sync passes)
+  // (fp16 gproj and d = 256 gproj: the mma.sync passes; launch.cu refuses them here)
+  if constexpr (std::is_same<T, bf16>::value && D != 256) {
     // The KV-outer pass with A in one part: two consumer warpgroups (A from the fp32 P and dS)
     // at every head dim; at d = 64 they measured 2-4% faster over the whole backward than three
     // (192-key blocks, rounded A: variant 5) at N = 2k-16k, causal or not (NOTES.md session 8).
@@ -167,8 +173,8 @@ void backward_impl(const AttnParams& p) {
     sm90::run_lambda_prepass<T, D>(p, p.total_q, p.total_k);
     return;
   }
-  if (p.backward_passes == 8) {  // the Hopper backward (d = 64, 128; run_backward validates)
-    if constexpr (D == 64 || D == 128) hopper_backward<T, D>(p);
+  if (p.backward_passes == 8) {  // the Hopper backward (d = 64, 128; 256 in fa3 mode;
+    hopper_backward<T, D>(p);     // run_backward validates)
     return;
   }
   if (p.numerics == int(Numerics::kGProj)) {

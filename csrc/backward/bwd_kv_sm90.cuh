@@ -175,22 +175,6 @@ struct BwdKvParams {
   AttnParams p;
 };
 
-// Named barrier of the two consumer warpgroups where dQ is computed here (ids 8-9 are the pingpong
-// turns of gproj's pass, 8-10 with three warpgroups, where this one is never used); one per
-// consumer warpgroup is wg_sync (11-13; sm90.cuh).
-__device__ __forceinline__ void consumers_sync() {
-  asm volatile("bar.sync 10, 256;\n" ::: "memory");
-}
-
-// cp.async of one 8- or 16-byte value, zero-filled (nothing read) when !ok.
-template <class V>
-__device__ __forceinline__ void cp_async_zfill(V* smem, const V* gmem, bool ok) {
-  static_assert(sizeof(V) == 4 || sizeof(V) == 8 || sizeof(V) == 16, "cp.async.ca moves 4, 8 or 16 bytes");
-  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(s), "l"(gmem),
-               "n"(int(sizeof(V))), "r"(ok ? int(sizeof(V)) : 0) : "memory");
-}
-
 // dq_accum += the fp32 values at smem (bytes: a multiple of 16), by the bulk copy engine.
 __device__ __forceinline__ void bulk_reduce_add_f32(float* gmem, const float* smem, int bytes) {
   const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));

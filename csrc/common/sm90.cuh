@@ -2,7 +2,7 @@
 // and their loads, the tile/warpgroup layout of a block (Sm90Tiles), accumulator layout views,
 // warpgroup GEMM issue, and the named barriers the consumer warpgroups use.
 // Named barriers: 0 __syncthreads; 8-10 pingpong turns (turn_wait / turn_pass); 10 both
-// consumer warpgroups of the KV-outer backward (consumers_sync, bwd_kv_sm90.cuh); 11-13 one
+// consumer warpgroups of the KV-outer backward (consumers_sync); 11-13 one
 // consumer warpgroup (wg_sync).
 #pragma once
 
@@ -183,6 +183,22 @@ __device__ __forceinline__ void turn_pass(int consumer) {
 // for both its consumer warpgroups together).
 __device__ __forceinline__ void wg_sync(int consumer) {
   asm volatile("bar.sync %0, 128;\n" ::"r"(11 + consumer) : "memory");
+}
+
+// Both consumer warpgroups of the KV-outer backward where they meet every tile (named barrier 10;
+// ids 8-9 are the pingpong turns of gproj's pass, 8-10 with three warpgroups, where this one is
+// never used): bwd_kv_sm90.cuh with dQ there, bwd_kv_split_sm90.cuh.
+__device__ __forceinline__ void consumers_sync() {
+  asm volatile("bar.sync 10, 256;\n" ::: "memory");
+}
+
+// cp.async of one 4-, 8- or 16-byte value, zero-filled (nothing read) when !ok.
+template <class V>
+__device__ __forceinline__ void cp_async_zfill(V* smem, const V* gmem, bool ok) {
+  static_assert(sizeof(V) == 4 || sizeof(V) == 8 || sizeof(V) == 16, "cp.async.ca moves 4, 8 or 16 bytes");
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(s), "l"(gmem),
+               "n"(int(sizeof(V))), "r"(ok ? int(sizeof(V)) : 0) : "memory");
 }
 
 // One WGMMA batch: C (+)= A B over the k mode, committed, not waited.

@@ -1,0 +1,402 @@
+// The Hopper (sm_90a) KV-outer backward pass at head dim 256, fa3 numerics: the head dim split
+// between the two consumer warpgroups (issue 7).
+//
+// Why a second design: bwd_kv_sm90.cuh gives each consumer warpgroup its own 64 keys with their
+// whole dK and dV rows in registers; at d = 256 that is 2 x 64 x 256 fp32 per warpgroup, 256
+// registers per thread, more than a thread may have. Here both warpgroups work on the same 64 keys
+// and each owns one half of the head dim of dK, dV and dQ (64 + 64 registers, and 64 for a tile's
+// dQ), as FlashAttention-3 does at d = 256. S and dP, which both halves need whole, are split by
+// query columns instead, and P~ and dS~ meet in shared memory:
+//
+//   per 64-row query tile (transposed, rows are keys; warpgroup w takes query columns 32w..32w+31)
+//   S^T  = K Q_w^T,  dP^T = V dO_w^T          WGMMA m64n32, operands in shared memory, K = 256
+//   P^T = exp2(S^T c - lse2), dS^T = P^T (dP^T - delta)          registers, fp32 (FA3's formulas)
+//   P~, dS~ -> shared memory (stmatrix), one barrier of the two warpgroups
+//   dQ_w  = dS~ K[:, half w]                   WGMMA m64n128, then red.global.add.v4.f32 into
+//                                              dq_accum (tiled, dq_finish_kernel rounds it once)
+//   dV_w += P~^T dO[:, half w],  dK_w += dS~^T Q[:, half w]        WGMMA m64n128, shared memory
+//
+// 5 GEMM-equivalents per (query tile, key tile), as FlashAttention-3. Shared memory: K, V 64 KB,
+// two stages of Q and dO 128 KB, P~ and dS~ double buffered 32 KB: 226 of the 227 KB a block may
+// have; so the dQ tile goes to global memory by vector reductions from registers (no staging
+// buffer for a bulk reduce-add, as bwd_kv_sm90.cuh has). Their order varies: not bitwise
+// reproducible, like the d = 64 / 128 fa3 pass (deterministic=True takes the mma.sync passes).
+#pragma once
+
+#include "../backward/bwd_common.cuh"
+#include "../common/sm90.cuh"
+#include "../common/tile.cuh"
+
+namespace gproj {
+namespace sm90 {
+
+template <typename T_, int kHeadDim_>
+struct BwdKvSplitTraits {
+  using T = T_;
+  using Element = typename CuteElement<T_>::type;
+  static constexpr int kHeadDim = kHeadDim_, kHalf = kHeadDim_ / 2;
+  static constexpr int kBlockM = 64, kBlockN = 64, kStages = 2;
+  static constexpr int kMmaWGs = 2, kNumMmaThreads = 256, kNumThreads = 384, kConsumerRegs = 240;
+  using HD = Int<kHeadDim>;
+  using BM = Int<kBlockM>;
+  using BN = Int<kBlockN>;
+  // Q and dO (query rows x head dim, K-major for S^T / dP^T), kStages deep; as the B operand of
+  // dK / dV: (head dim, query rows), head dim contiguous (MN-major).
+  using SmemAtomQ = decltype(cutlass::gemm::collective::detail::ss_smem_selector<
+                             GMMA::Major::K, Element, BM, HD>());
+  using SmemLayoutQ = decltype(tile_to_shape(SmemAtomQ{}, Shape<BM, HD, Int<kStages>>{}));
+  using SmemLayoutQt = decltype(composition(
+      SmemLayoutQ{}, make_ordered_layout(Shape<HD, BM, Int<kStages>>{}, Step<_2, _1, _3>{})));
+  // K and V (key rows x head dim), resident; K also as dQ's B operand (head dim, keys).
+  using SmemAtomK = decltype(cutlass::gemm::collective::detail::ss_smem_selector<
+                             GMMA::Major::K, Element, BN, HD>());
+  using SmemLayoutK = decltype(tile_to_shape(SmemAtomK{}, Shape<BN, HD>{}));
+  using SmemLayoutKt =
+      decltype(composition(SmemLayoutK{}, make_ordered_layout(Shape<HD, BN>{}, Step<_2, _1>{})));
+  // P~ and dS~ as (keys, queries), queries contiguous: the K-major A operand of dV = P~^T dO and
+  // dK = dS~^T Q, and what stmatrix writes from the transposed accumulators (a key's 8 adjacent
+  // queries are one 16-byte row of an 8x8 block). Viewed as (queries, keys) the same bytes are
+  // dQ = dS~ K's A operand, MN-major. Double buffered: tile t + 1's stores never meet tile t's
+  // GEMM reads (both warpgroups wait for those before the barrier of tile t + 1).
+  using SmemAtomP = decltype(cutlass::gemm::collective::detail::ss_smem_selector<
+                             GMMA::Major::K, Element, BN, BM>());
+  using SmemLayoutP = decltype(tile_to_shape(SmemAtomP{}, Shape<BN, BM, _2>{}));
+  using SmemLayoutPt = decltype(composition(
+      SmemLayoutP{}, make_ordered_layout(Shape<BM, BN, _2>{}, Step<_2, _1, _3>{})));
+
+  // S^T / dP^T: the warpgroups split the query columns (N); dV, dK and dQ: the head dim (N).
+  using TiledMmaSdP = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kBlockM / 2>, HD>>(),
+      Layout<Shape<_1, _2, _1>>{}));
+  using TiledMmaKV = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kHalf>, BM>, GMMA::Major::K,
+                           GMMA::Major::MN>(),
+      Layout<Shape<_1, _2, _1>>{}));
+  using TiledMmaDQ = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kHalf>, BN>, GMMA::Major::MN,
+                           GMMA::Major::MN>(),
+      Layout<Shape<_1, _2, _1>>{}));
+
+  using Pipeline = cutlass::PipelineTmaAsync<kStages>;
+  using PipelineState = typename Pipeline::PipelineState;
+  using TmaQ = TmaLoad<Element, decltype(take<0, 2>(SmemLayoutQ{})), Shape<BM, HD>>;
+  using TmaK = TmaLoad<Element, SmemLayoutK, Shape<BN, HD>>;
+
+  struct SharedStorage {
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> v;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> dout;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutP>, 1024> p;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutP>, 1024> ds;
+    // per query row, double buffered: {raw score max, log2 row sum} and {delta, -}
+    alignas(16) float2 row_st[2][kBlockM];
+    alignas(16) float2 row_dl[2][kBlockM];
+    alignas(16) cutlass::arch::ClusterTransactionBarrier barrier_kv;
+    alignas(16) typename Pipeline::SharedStorage pipe_q;
+  };
+  static constexpr int kSmemBytes = int(sizeof(SharedStorage));
+  static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an sm90 block may have");
+};
+
+template <class Traits>
+struct BwdKvSplitParams {
+  typename Traits::TmaQ tma_q, tma_do;
+  typename Traits::TmaK tma_k, tma_v;
+  int rows_q, rows_k, batch_q;
+  AttnParams p;
+};
+
+// gmem[0..3] += v, one vector reduction in L2 (sm_90; the order of the adds varies between runs).
+__device__ __forceinline__ void red_add_f32x4(float* gmem, float4 v) {
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(gmem), "f"(v.x),
+               "f"(v.y), "f"(v.z), "f"(v.w)
+               : "memory");
+}
+
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kNumThreads, 1)
+    bwd_kv_split_sm90_kernel(CUTE_GRID_CONSTANT BwdKvSplitParams<Traits> const prm) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  using Element = typename Traits::Element;
+  using T = typename Traits::T;
+  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
+  using Pipeline = typename Traits::Pipeline;
+  using PipelineState = typename Traits::PipelineState;
+  const AttnParams& p = prm.p;
+
+  const int n_block = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
+  const SeqBounds seq(p, b);
+  const int n0 = n_block * kBlockN;
+  if (n0 >= seq.nk) return;  // uniform for the block, before any barrier
+  const int n_end = min(n0 + kBlockN, seq.nk);
+  const int group = p.heads / p.heads_k;
+  const Mask mask(seq.nq, seq.nk, p.window_left, p.window_right, p.diag_shift);
+  int mb_min, mb_max;  // query tiles that see this key tile
+  mask.query_blocks(n0, n_end, kBlockM, mb_min, mb_max);
+  const int tiles_per_head = mb_max - mb_min;
+  const int n_items = tiles_per_head * group;  // (query head, query tile) pairs, head-major
+  auto item_head = [&](int it) { return hk * group + it / tiles_per_head; };
+  auto item_tile = [&](int it) { return mb_min + it % tiles_per_head; };
+  const float c = p.softmax_scale * 1.4426950408889634f;
+
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  auto& ss = *reinterpret_cast<typename Traits::SharedStorage*>(smem_raw);
+  const int wg = cutlass::canonical_warp_group_idx();
+  if (threadIdx.x == 0) {
+    cute::prefetch_tma_descriptor(prm.tma_q.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(prm.tma_do.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(prm.tma_k.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(prm.tma_v.get_tma_descriptor());
+    ss.barrier_kv.init(1);
+  }
+  typename Pipeline::Params pp;
+  pp.transaction_bytes = 2 * kBlockM * kHeadDim * int(sizeof(Element));  // Q and dO of a stage
+  pp.role = wg == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
+  pp.is_leader = threadIdx.x == 0;
+  pp.num_consumers = Traits::kNumMmaThreads;
+  Pipeline pipe_q(ss.pipe_q, pp, Shape<_1, _1, _1>{});
+  __syncthreads();
+
+  Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), typename Traits::SmemLayoutK{});
+  Tensor sV = make_tensor(make_smem_ptr(ss.v.data()), typename Traits::SmemLayoutK{});
+  Tensor sKt = make_tensor(make_smem_ptr(ss.k.data()), typename Traits::SmemLayoutKt{});
+  Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), typename Traits::SmemLayoutQ{});
+  Tensor sDO = make_tensor(make_smem_ptr(ss.dout.data()), typename Traits::SmemLayoutQ{});
+  Tensor sQt = make_tensor(make_smem_ptr(ss.q.data()), typename Traits::SmemLayoutQt{});
+  Tensor sDOt = make_tensor(make_smem_ptr(ss.dout.data()), typename Traits::SmemLayoutQt{});
+  Tensor sP = make_tensor(make_smem_ptr(ss.p.data()), typename Traits::SmemLayoutP{});
+  Tensor sDS = make_tensor(make_smem_ptr(ss.ds.data()), typename Traits::SmemLayoutP{});
+  Tensor sDSt = make_tensor(make_smem_ptr(ss.ds.data()), typename Traits::SmemLayoutPt{});
+  const int bq = p.cu_seqlens_q ? 0 : b;
+
+  if (wg == 0) {
+    // ---------------- producer: K, V once; Q, dO per query tile ----------------
+    cutlass::arch::warpgroup_reg_dealloc<24>();
+    if (threadIdx.x == 0 && n_items > 0) {
+      auto tile_q = Shape<Int<kBlockM>, Int<kHeadDim>>{};
+      auto tile_k = Shape<Int<kBlockN>, Int<kHeadDim>>{};
+      Tensor mK = tma_rows(prm.tma_k, prm.rows_k, kHeadDim, p.heads_k, prm.batch_q, seq.k_start, hk, bq);
+      Tensor mV = tma_rows(prm.tma_v, prm.rows_k, kHeadDim, p.heads_k, prm.batch_q, seq.k_start, hk, bq);
+      auto [tKg, tKs] = tma_partition(prm.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
+                                      group_modes<0, 2>(local_tile(mK, tile_k, make_coord(n_block, _0{}))));
+      auto [tVg, tVs] = tma_partition(prm.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV),
+                                      group_modes<0, 2>(local_tile(mV, tile_k, make_coord(n_block, _0{}))));
+      ss.barrier_kv.arrive_and_expect_tx(2 * kBlockN * kHeadDim * int(sizeof(Element)));
+      copy(prm.tma_k.with(reinterpret_cast<uint64_t&>(ss.barrier_kv), 0), tKg, tKs);
+      copy(prm.tma_v.with(reinterpret_cast<uint64_t&>(ss.barrier_kv), 0), tVg, tVs);
+      PipelineState wr = cutlass::make_producer_start_state<Pipeline>();
+      for (int it = 0; it < n_items; ++it) {
+        const int h = item_head(it), mb = item_tile(it);
+        auto load = [&](auto const& tma, auto& smem) {
+          Tensor m = tma_rows(tma, prm.rows_q, kHeadDim, p.heads, prm.batch_q, seq.q_start, h, bq);
+          auto [tg, ts] = tma_partition(tma, _0{}, Layout<_1>{}, group_modes<0, 2>(smem),
+                                        group_modes<0, 2>(local_tile(m, tile_q, make_coord(_, _0{}))));
+          copy(tma.with(*pipe_q.producer_get_barrier(wr), 0), tg(_, mb), ts(_, wr.index()));
+        };
+        pipe_q.producer_acquire(wr);
+        load(prm.tma_q, sQ);
+        load(prm.tma_do, sDO);
+        ++wr;
+      }
+    }
+    return;
+  }
+
+  // ---------------- consumers ----------------
+  cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
+  const int tid = threadIdx.x - 128;
+  const int w = wg - 1;  // this consumer warpgroup: query columns 32w.., head dim half w
+  typename Traits::TiledMmaSdP mma_sdp;
+  typename Traits::TiledMmaKV mma_kv;
+  typename Traits::TiledMmaDQ mma_dq;
+  auto thr_sdp = mma_sdp.get_thread_slice(tid);
+  auto thr_kv = mma_kv.get_thread_slice(tid);
+  auto thr_dq = mma_dq.get_thread_slice(tid);
+  Tensor tSrK = thr_sdp.partition_fragment_A(sK);
+  Tensor tSrV = thr_sdp.partition_fragment_A(sV);
+  Tensor tSrQ = thr_sdp.partition_fragment_B(sQ);
+  Tensor tSrDO = thr_sdp.partition_fragment_B(sDO);
+  Tensor tKVrP = thr_kv.partition_fragment_A(sP);
+  Tensor tKVrDS = thr_kv.partition_fragment_A(sDS);
+  Tensor tKVrQt = thr_kv.partition_fragment_B(sQt);
+  Tensor tKVrDOt = thr_kv.partition_fragment_B(sDOt);
+  Tensor tDQrDS = thr_dq.partition_fragment_A(sDSt);
+  Tensor tDQrKt = thr_dq.partition_fragment_B(sKt);
+  auto r2s = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_sdp);
+  auto r2s_thr = r2s.get_thread_slice(tid);
+  Tensor tRSsP = r2s_thr.partition_D(sP);
+  Tensor tRSsDS = r2s_thr.partition_D(sDS);
+
+  auto shape_s = Shape<Int<kBlockN>, Int<kBlockM>>{};  // (keys, queries)
+  Tensor tScS = thr_sdp.partition_C(make_identity_tensor(shape_s));
+  Tensor c_rc = make_tensor(tScS.data(), acc_rowcol(tScS.layout()));
+  constexpr int kRows = decltype(size<0>(c_rc))::value;  // the lane's 2 key rows
+  Tensor tdKrdK = partition_fragment_C(mma_kv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
+  Tensor tdVrdV = partition_fragment_C(mma_kv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
+  clear(tdKrdK);
+  clear(tdVrdV);
+  Tensor tdKcdK = thr_kv.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+
+  // Softmax state and delta of item `it`'s query rows into ss.row_st / row_dl[it & 1] by
+  // cp.async, a tile ahead; the first warp of each warpgroup fetches the 32 rows its warpgroup
+  // reads (its query columns), and the barrier of the two warpgroups after the tile's elementwise
+  // work publishes them. Rows past the end are zero-filled (finite); the mask zeroes their P.
+  const bool row_lane = (tid & 127) < 32;
+  auto fetch_rows = [&](int it) {
+    if (row_lane && it < n_items) {
+      const int h = item_head(it), mb = item_tile(it);
+      const int slot = (tid & 31) + 32 * w;
+      const int i = mb * kBlockM + slot;
+      const bool ok = i < seq.nq;
+      const int64_t idx = ok ? rowstat_index(p, b, h, seq.q_start + i) : 0;
+      cp_async_zfill(&ss.row_st[it & 1][slot], reinterpret_cast<const float2*>(p.stats) + idx, ok);
+      cp_async_zfill(&ss.row_dl[it & 1][slot],
+                     reinterpret_cast<const float2*>(reinterpret_cast<const float*>(p.rowstate) + 4 * idx), ok);
+    }
+    cute::cp_async_fence();
+  };
+  auto to_element = [](auto const& acc, auto& out) {
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < size(acc); i += 2)
+      reinterpret_cast<uint32_t*>(out.data())[i / 2] = pack2<T>(acc(i), acc(i + 1));
+  };
+
+  if (n_items > 0) {
+    fetch_rows(0);
+    cute::cp_async_wait<0>();
+    consumers_sync();
+    ss.barrier_kv.wait(0);
+    PipelineState rd;
+    for (int it = 0; it < n_items; ++it) {
+      const int h = item_head(it), mb = item_tile(it);
+      const int i0 = mb * kBlockM;
+      const int buf = it & 1;
+      const float2* row_st = ss.row_st[buf];
+      const float2* row_dl = ss.row_dl[buf];
+      Tensor tSrS = partition_fragment_C(mma_sdp, shape_s);
+      Tensor tSrDP = partition_fragment_C(mma_sdp, shape_s);
+      pipe_q.consumer_wait(rd);
+      wg_gemm<true>(mma_sdp, tSrK, tSrQ(_, _, _, rd.index()), tSrS);
+      wg_gemm<true>(mma_sdp, tSrV, tSrDO(_, _, _, rd.index()), tSrDP);
+      fetch_rows(it + 1);  // into the other buffer, last read in tile it - 1 (before its barrier)
+      warpgroup_wait<0>();
+
+      // P^T = exp2(S^T c - lse2) (FA3's one-FMA form), masked entries zeroed on tiles the mask
+      // cuts; dS^T = P^T (dP^T - delta) in place, both fp32; then rounded once each.
+      Tensor s_rc = make_tensor(tSrS.data(), acc_rowcol(tSrS.layout()));
+      Tensor dp_rc = make_tensor(tSrDP.data(), acc_rowcol(tSrDP.layout()));
+      const bool partial = mask.tile_partial(i0, i0 + kBlockM, n0, n0 + kBlockN);
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < size<1>(s_rc); j += 2) {
+        // columns j, j + 1: the adjacent queries qi, qi + 1, one 16-byte shared load each
+        const int qi = get<1>(c_rc(0, j));
+        const float4 st2 = *reinterpret_cast<const float4*>(&row_st[qi]);
+        const float4 dl2 = *reinterpret_cast<const float4*>(&row_dl[qi]);
+        const float lse0 = load_row_softmax(make_float2(st2.x, st2.y), c).lse2;
+        const float lse1 = load_row_softmax(make_float2(st2.z, st2.w), c).lse2;
+        CUTLASS_PRAGMA_UNROLL
+        for (int r = 0; r < kRows; ++r) {
+          s_rc(r, j) = exp2_approx(fmaf(s_rc(r, j), c, -lse0));
+          s_rc(r, j + 1) = exp2_approx(fmaf(s_rc(r, j + 1), c, -lse1));
+        }
+        if (partial) {
+          CUTLASS_PRAGMA_UNROLL
+          for (int jj = 0; jj < 2; ++jj)
+            CUTLASS_PRAGMA_UNROLL
+            for (int r = 0; r < kRows; ++r)
+              if (!mask.visible(i0 + get<1>(c_rc(r, j + jj)), n0 + get<0>(c_rc(r, j + jj))))
+                s_rc(r, j + jj) = 0.f;
+        }
+        CUTLASS_PRAGMA_UNROLL
+        for (int r = 0; r < kRows; ++r) {
+          dp_rc(r, j) = s_rc(r, j) * (dp_rc(r, j) - dl2.x);
+          dp_rc(r, j + 1) = s_rc(r, j + 1) * (dp_rc(r, j + 1) - dl2.z);
+        }
+      }
+      Tensor tOrP = make_tensor_like<Element>(tSrS);
+      Tensor tOrDS = make_tensor_like<Element>(tSrDP);
+      to_element(tSrS, tOrP);
+      to_element(tSrDP, tOrDS);
+      copy(r2s, r2s_thr.retile_S(tOrP), tRSsP(_, _, _, buf));
+      copy(r2s, r2s_thr.retile_S(tOrDS), tRSsDS(_, _, _, buf));
+      cute::cp_async_wait<0>();                  // the next tile's rows have landed
+      cutlass::arch::fence_view_async_shared();  // stmatrix writes -> WGMMA reads
+      consumers_sync();                    // both halves of P~, dS~ (and the rows) are in
+
+      // dQ first, so that its reductions run while dV and dK are on the tensor cores.
+      Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});
+      wg_gemm<true>(mma_dq, tDQrDS(_, _, _, buf), tDQrKt, tdQrdQ);
+      wg_gemm<false>(mma_kv, tKVrP(_, _, _, buf), tKVrDOt(_, _, _, rd.index()), tdVrdV);
+      wg_gemm<false>(mma_kv, tKVrDS(_, _, _, buf), tKVrQt(_, _, _, rd.index()), tdKrdK);
+      warpgroup_wait<2>();  // dQ done
+      // dq_accum += dS~ K (unscaled): this warpgroup's 64 x 128 half in accumulator order
+      // (tile.cuh, dq_accum_offset), a float4 per lane and step, consecutive lanes contiguous.
+      {
+        const int lane128 = tid & 127;
+        float* g = reinterpret_cast<float*>(p.dq_accum) +
+                   (int64_t(h) * dq_accum_tiles(p) + dq_tile_base(p, b, seq.q_start) + mb) *
+                       (kBlockM * kHeadDim);
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < size(tdQrdQ); i += 4)
+          red_add_f32x4(g + dq_accum_offset(w, kHeadDim, i, lane128),
+                        make_float4(tdQrdQ(i), tdQrdQ(i + 1), tdQrdQ(i + 2), tdQrdQ(i + 3)));
+      }
+      warpgroup_wait<0>();  // dV, dK done: the stage is free
+      pipe_q.consumer_release(rd);
+      ++rd;
+    }
+  }
+
+  // ---------------- epilogue: dK = alpha dK, dV (this warpgroup's half), rows past the end dropped
+  const int64_t k_row0 = seq.k_start + n0;
+  T* gDK = reinterpret_cast<T*>(p.dk) + b * p.dk_stride[0] + k_row0 * p.dk_stride[1] + hk * p.dk_stride[2];
+  T* gDV = reinterpret_cast<T*>(p.dv) + b * p.dv_stride[0] + k_row0 * p.dv_stride[1] + hk * p.dv_stride[2];
+  float* gDKacc = p.dk_accum ? reinterpret_cast<float*>(p.dk_accum) + b * p.dk_stride[0] +
+                                   k_row0 * p.dk_stride[1] + hk * p.dk_stride[2]
+                             : nullptr;
+  CUTLASS_PRAGMA_UNROLL
+  for (int i = 0; i < size(tdKrdK); i += 2) {
+    const int j = get<0>(tdKcdK(i)), col = get<1>(tdKcdK(i));
+    if (n0 + j >= n_end) continue;
+    const float k0 = p.softmax_scale * tdKrdK(i), k1 = p.softmax_scale * tdKrdK(i + 1);
+    *reinterpret_cast<uint32_t*>(gDK + int64_t(j) * p.dk_stride[1] + col) = pack2<T>(k0, k1);
+    *reinterpret_cast<uint32_t*>(gDV + int64_t(j) * p.dv_stride[1] + col) =
+        pack2<T>(tdVrdV(i), tdVrdV(i + 1));
+    if (gDKacc)
+      *reinterpret_cast<float2*>(gDKacc + int64_t(j) * p.dk_stride[1] + col) = make_float2(k0, k1);
+  }
+#endif
+}
+
+template <typename T, int kHeadDim>
+void run_bwd_kv_split(const AttnParams& p, int total_q, int total_k) {
+  using Traits = BwdKvSplitTraits<T, kHeadDim>;
+  const bool varlen = p.cu_seqlens_q != 0;
+  BwdKvSplitParams<Traits> prm;
+  set_tma_extents(prm, p, total_q, total_k);
+  using E = typename Traits::Element;
+  auto tile_q = Shape<Int<Traits::kBlockM>, Int<kHeadDim>>{};
+  auto tile_k = Shape<Int<Traits::kBlockN>, Int<kHeadDim>>{};
+  auto q_smem = take<0, 2>(typename Traits::SmemLayoutQ{});
+  auto tma_q = [&](uint64_t ptr, const int64_t (&st)[3]) {
+    return make_tma_copy(SM90_TMA_LOAD{}, tma_gmem<E>(ptr, prm.rows_q, kHeadDim, p.heads, prm.batch_q, st, varlen),
+                         q_smem, tile_q, _1{});
+  };
+  auto tma_k = [&](uint64_t ptr, const int64_t (&st)[3]) {
+    return make_tma_copy(SM90_TMA_LOAD{}, tma_gmem<E>(ptr, prm.rows_k, kHeadDim, p.heads_k, prm.batch_q, st, varlen),
+                         typename Traits::SmemLayoutK{}, tile_k, _1{});
+  };
+  prm.tma_q = tma_q(p.q, p.q_stride);
+  prm.tma_do = tma_q(p.dout, p.do_stride);
+  prm.tma_k = tma_k(p.k, p.k_stride);
+  prm.tma_v = tma_k(p.v, p.v_stride);
+  auto kernel = bwd_kv_split_sm90_kernel<Traits>;
+  const dim3 grid((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, p.heads_k, p.batch);
+  if (grid.x == 0) return;
+  launch_sm90(kernel, grid, Traits::kNumThreads, Traits::kSmemBytes, prm, p,
+              "KV-outer backward, head dim split (sm90)");
+}
+
+}  // namespace sm90
+}  // namespace gproj

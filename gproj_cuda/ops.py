@@ -167,33 +167,34 @@ def forward_kernel(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics, k
 def _hopper_backward(q: Tensor, numerics: str, hopper: Optional[bool]) -> bool:
     """Whether the Hopper backward (csrc/backward/bwd_kv_sm90.cuh; at d = 256
     bwd_kv_split_sm90.cuh) runs: the default (``hopper=None``) unless GPROJ_HOPPER_BWD=0, where it
-    covers the call so far (sm_90; fa3 numerics in bf16/fp16 at head dims 64, 128 and 256, gproj
-    in bf16 at 64 and 128); elsewhere the mma.sync passes run. In
-    fa3 mode its dQ tiles are summed by asynchronous fp32 reduce-adds in varying order: not bitwise
-    reproducible (``deterministic=True`` passes hopper=False there: ``_reduce_adds_dq``)."""
+    covers the call so far (sm_90, head dims 64, 128 and 256; fa3 numerics in bf16/fp16, gproj in
+    bf16); elsewhere the mma.sync passes run. In fa3 mode and at d = 256 its dQ tiles are summed
+    by asynchronous fp32 reduce-adds in varying order: not bitwise reproducible
+    (``deterministic=True`` passes hopper=False there: ``_reduce_adds_dq``)."""
     if hopper is None:
         hopper = os.environ.get("GPROJ_HOPPER_BWD", "1") != "0"
-    d = q.shape[-1]
-    covered = (numerics == "fa3" and d in (64, 128, 256)) or (q.dtype == torch.bfloat16 and
-                                                             d in (64, 128))
+    covered = (numerics == "fa3" or q.dtype == torch.bfloat16) and q.shape[-1] in (64, 128, 256)
     return (hopper and covered
             and torch.cuda.get_device_capability(q.device)[0] == 9)
 
 
-def _reduce_adds_dq(numerics: str) -> bool:
-    """Whether the Hopper backward sums dQ by fp32 reduce-adds (order varies between runs)."""
-    return numerics == "fa3" or os.environ.get("GPROJ_BWD_VARIANT") == "4"
+def _reduce_adds_dq(numerics: str, d: int = 128) -> bool:
+    """Whether the Hopper backward sums dQ by fp32 reduce-adds (order varies between runs): fa3
+    mode, gproj at d = 256 (csrc/backward/bwd_kv_split_sm90.cuh) and gproj's variant 4."""
+    return numerics == "fa3" or d == 256 or os.environ.get("GPROJ_BWD_VARIANT") == "4"
 
 
 # Keys per slot of the dK key sums (csrc/prepost/dk_project.cuh, kKeysumSlot).
 DK_KEYSUM_SLOT = 64
 
 
-def _projects_dk(numerics: str) -> bool:
+def _projects_dk(numerics: str, d: int = 128) -> bool:
     """Whether the Hopper backward rounds A once and projects dK onto Σ_j dK_j = 0 afterwards
     (csrc/api/variants.h, hopper_bwd_projects_dk): it then needs an fp32 dK and the key sums of
-    every DK_KEYSUM_SLOT keys (csrc/prepost/dk_project.cuh, dk_keysum_slots)."""
-    return numerics == "gproj" and os.environ.get("GPROJ_BWD_VARIANT") not in ("3", "4", "6")
+    every DK_KEYSUM_SLOT keys (csrc/prepost/dk_project.cuh, dk_keysum_slots). Not at d = 256,
+    where A enters in two parts (bwd_kv_split_sm90.cuh)."""
+    return (numerics == "gproj" and d != 256 and
+            os.environ.get("GPROJ_BWD_VARIANT") not in ("3", "4", "6"))
 
 
 def backward_cuda(dout, q, k, v, out, stats, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics,
@@ -252,7 +253,7 @@ def backward_cuda(dout, q, k, v, out, stats, cu_q, cu_k, max_q, max_k, scale, wl
         # fa3 (and gproj variant 4) sum dQ over key tiles in fp32: tiled, per head, 64-row tiles,
         # each sequence starting a fresh one (csrc/common/tile.cuh). gproj's Q-outer pass writes
         # dQ itself (csrc/api/variants.h, hopper_bwd_uses_dq_accum).
-        if _reduce_adds_dq(numerics):
+        if _reduce_adds_dq(numerics, q.shape[-1]):
             rows = q.shape[0] if varlen else q.shape[0] * q.shape[1]
             tiles = (rows + 64 * p.batch + 63) // 64
             # (fa3 mode: zero-filled by the delta pre-pass, which reads the same rows; gproj
@@ -266,7 +267,7 @@ def backward_cuda(dout, q, k, v, out, stats, cu_q, cu_k, max_q, max_k, scale, wl
             p.q_centered, p.qc_stride = q_centered.data_ptr(), _strides3(q_centered, varlen)
             if k_flags is not None:
                 p.k_center_flags, p.q_center_flags = k_flags.data_ptr(), q_flags.data_ptr()
-        if _projects_dk(numerics):
+        if _projects_dk(numerics, q.shape[-1]):
             # fp32 dK before the projection (in the caller's dk_accum when given: it then
             # receives the projected values) and the fp64 key sums of every DK_KEYSUM_SLOT keys.
             unprojected = (dk_accum if dk_accum is not None else
@@ -349,7 +350,8 @@ def attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tenso
                                     cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
     return backward_cuda(dout, q, k, v, out, stats, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                          max_seqlen_k, softmax_scale, window_left, window_right, numerics,
-                         hopper=False if deterministic and _reduce_adds_dq(numerics) else None)
+                         hopper=False if deterministic and _reduce_adds_dq(numerics, q.shape[-1])
+                         else None)
 
 
 @attention_backward.register_fake

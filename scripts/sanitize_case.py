@@ -90,14 +90,19 @@ if torch.cuda.get_device_capability()[0] == 9:
         o = gproj_cuda.attention(q, k, v, causal=causal, numerics=numerics)
         o.backward(torch.randn_like(o))
     os.environ["GPROJ_BWD_VARIANT"] = "0"
-    # d=256, fa3 mode: the head-dim-split KV-outer pass (bwd_kv_split_sm90.cuh), both dtypes,
-    # GQA, causal and windowed, odd lengths (a partial last key tile and query tile)
-    for dtype, (causal, window) in itertools.product(
-            (torch.bfloat16, torch.float16), ((False, (-1, -1)), (True, (-1, -1)), (False, (40, 7)))):
-        q = torch.randn(2, 77, 4, 256, device="cuda", dtype=dtype, requires_grad=True)
-        k = torch.randn(2, 150, 2, 256, device="cuda", dtype=dtype, requires_grad=True)
-        v = torch.randn(2, 150, 2, 256, device="cuda", dtype=dtype, requires_grad=True)
-        o = gproj_cuda.attention(q, k, v, causal=causal, numerics="fa3", window_size=window)
+    # d=256: the head-dim-split KV-outer pass (bwd_kv_split_sm90.cuh; gproj after the λ
+    # pre-pass), GQA, causal and windowed, odd lengths (a partial last key tile and query tile),
+    # one kv head and one query head with an offset (K' / Q' read there)
+    for (numerics, dtype), (causal, window) in itertools.product(
+            (("fa3", torch.bfloat16), ("fa3", torch.float16), ("gproj", torch.bfloat16)),
+            ((False, (-1, -1)), (True, (-1, -1)), (False, (40, 7)))):
+        q = torch.randn(2, 77, 4, 256, device="cuda", dtype=dtype)
+        k = torch.randn(2, 150, 2, 256, device="cuda", dtype=dtype)
+        v = torch.randn(2, 150, 2, 256, device="cuda", dtype=dtype)
+        k[:, :, 1] += 40
+        q[:, :, 2] += 20
+        q, k, v = (t.requires_grad_() for t in (q, k, v))
+        o = gproj_cuda.attention(q, k, v, causal=causal, numerics=numerics, window_size=window)
         o.backward(torch.randn_like(o))
     os.environ["GPROJ_HOPPER_BWD"] = "0"
 torch.cuda.synchronize()

@@ -539,27 +539,33 @@ def test_hopper_kv_backward(numerics, dtype, causal, window, shape, variant, d, 
         assert diff < 1e-2, f"{name}: Hopper vs mma.sync relative difference {diff:.2e}"
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("numerics,dtype", [("fa3", torch.bfloat16), ("fa3", torch.float16),
+                                            ("gproj", torch.bfloat16)],
+                         ids=["fa3-bf16", "fa3-fp16", "gproj-bf16"])
 @pytest.mark.parametrize("causal,window", [(False, (-1, -1)), (True, (-1, -1)), (False, (48, 16))],
                          ids=["full", "causal", "window"])
 @pytest.mark.parametrize("shape", [(2, 257, 300, 4, 2), (1, 1000, 1000, 2, 2), (3, 64, 17, 8, 1)],
                          ids=["gqa", "square", "mqa"])
-def test_hopper_fa3_backward_hd256(dtype, causal, window, shape, monkeypatch):
-    """The fa3-mode Hopper backward at d=256 (csrc/backward/bwd_kv_split_sm90.cuh: the head dim
-    split between the two consumer warpgroups, dQ by vector reductions) against the float64
-    reference (within 1.5x the emulator's error) and the mma.sync passes."""
+def test_hopper_backward_hd256(numerics, dtype, causal, window, shape, monkeypatch):
+    """The Hopper backward at d=256 (csrc/backward/bwd_kv_split_sm90.cuh: the head dim split
+    between the two consumer warpgroups, dQ by vector reductions; gproj after the λ pre-pass, A
+    in two parts) against the float64 reference (within 1.5x the emulator's error) and the
+    mma.sync passes; gproj also keeps Σ_j dK_j at zero."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("needs a Hopper GPU")
     b, nq, nk, h, hk = shape
     g = torch.Generator(device=DEV).manual_seed(nq + nk + int(causal) + 256)
     q, do = rand(b, nq, h, 256, dtype=dtype, g=g), rand(b, nq, h, 256, dtype=dtype, g=g)
     k, v = rand(b, nk, hk, 256, dtype=dtype, g=g), rand(b, nk, hk, 256, dtype=dtype, g=g)
-    assert ops._hopper_backward(q, "fa3", None)
+    k[:, :, 0] += 6   # one kv head with a key offset: K' differs from K there
+    assert ops._hopper_backward(q, numerics, None)
     monkeypatch.setenv("GPROJ_HOPPER_BWD", "0")
-    base = run_kernels(q, k, v, do, numerics="fa3", causal=causal, window=window)
+    base = run_kernels(q, k, v, do, numerics=numerics, causal=causal, window=window)
     monkeypatch.setenv("GPROJ_HOPPER_BWD", "1")
-    got = run_kernels(q, k, v, do, numerics="fa3", causal=causal, window=window)
-    check_close_to_emulator(q, k, v, do, got, numerics="fa3", causal=causal, window=window)
+    got = run_kernels(q, k, v, do, numerics=numerics, causal=causal, window=window)
+    check_close_to_emulator(q, k, v, do, got, numerics=numerics, causal=causal, window=window)
+    if numerics == "gproj":
+        assert sum_dk_rel(got[5]) <= 1e-5, f"sum_j dK_j {sum_dk_rel(got[5]):.2e}"
     for name, i in (("dq", 2), ("dk", 5), ("dv", 4)):  # same math, other summation order
         diff = (got[i].double() - base[i].double()).norm() / base[i].double().norm().clamp_min(1e-30)
         assert diff < 1e-2, f"{name}: Hopper vs mma.sync relative difference {diff:.2e}"
@@ -589,8 +595,8 @@ def test_hopper_gproj_dk_projection_leaves_unseen_keys_at_zero(d, monkeypatch):
     assert torch.equal(dk_alone, dk)
 
 
-@pytest.mark.parametrize("numerics,d", [("fa3", 64), ("fa3", 128), ("fa3", 256), ("gproj", 64),
-                                        ("gproj", 128)])
+@pytest.mark.parametrize("numerics", ["fa3", "gproj"])
+@pytest.mark.parametrize("d", [64, 128, 256])
 def test_hopper_kv_backward_varlen(numerics, d, monkeypatch):
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("needs a Hopper GPU")
@@ -604,13 +610,13 @@ def test_hopper_kv_backward_varlen(numerics, d, monkeypatch):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("variant", ["0", "3", "4", "5", "6"],
-                         ids=["default", "three-parts", "dq-in-kv", "kv-3wg", "two-parts"])
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("variant,d", [(v, d) for d in (64, 128) for v in "03456"] +
+                         [("0", 256)])
 def test_hopper_backward_gproj_bars_stress_points(causal, variant, d, monkeypatch):
     """The SPEC section 5 bars on the stress points (large key/query means, sharp rows) through
-    the Hopper gproj backward (bf16, d=64/128): the Q-outer pass's S = QK^T and the KV-outer
-    pass's S^T = KQ^T must give the same rounded dS~, or Σ_j dK_j shows it."""
+    the Hopper gproj backward (bf16; d=64/128 in every variant, d=256): the Q-outer pass's
+    S = QK^T and the KV-outer pass's S^T = KQ^T must give the same rounded dS~, or Σ_j dK_j
+    shows it."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("needs a Hopper GPU")
     monkeypatch.setenv("GPROJ_HOPPER_BWD", "1")

@@ -216,8 +216,7 @@ int run_backward(const AttnParams& p, char* err, size_t err_len) {
         require_ptr(p.q_centered, "q_centered (Q - q_shift)");
         require_strides(p.qc_stride, "q_centered", varlen);
       }
-      if (p.head_dim != 64 && p.head_dim != 128 && !(p.head_dim == 256 && p.numerics != int(Numerics::kGProj)))
-        fail("backward_passes 8 (Hopper backward): head_dim %d with %s numerics; covered so far: 64 and 128, and 256 in fa3 mode", p.head_dim, p.numerics == int(Numerics::kGProj) ? "gproj" : "fa3");
+      if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) fail("backward_passes 8 (Hopper backward): head_dim %d, supported: 64, 128 and 256", p.head_dim);
       if (device_arch(p.device) < 90) fail("backward_passes 8 (Hopper KV-outer backward) needs sm_90 (Hopper)");
       if (p.partial) fail("backward_passes 8 (Hopper KV-outer backward) has no partial mode");
       if (hopper_bwd_projects_dk(p)) {

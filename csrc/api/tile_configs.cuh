@@ -45,15 +45,21 @@ void hopper_backward(const AttnParams& p) {
   if (p.numerics != int(Numerics::kGProj)) {
     launch_delta<T, D>(p);
     if constexpr (D == 256) {  // dK, dV rows too wide for one warpgroup: the head dim split
-      sm90::run_bwd_kv_split<T, D>(p, p.total_q, p.total_k);
+      sm90::run_bwd_kv_split<T, D, false>(p, p.total_q, p.total_k);
     } else {
       sm90::run_bwd_kv<T, D, false>(p, p.total_q, p.total_k);
     }
     launch_dq_finish<T, D>(p);
     return;
   }
-  // (fp16 gproj and d = 256 gproj: the mma.sync passes; launch.cu refuses them here)
-  if constexpr (std::is_same<T, bf16>::value && D != 256) {
+  // (fp16 gproj: the mma.sync passes; launch.cu refuses it here)
+  if constexpr (std::is_same<T, bf16>::value && D == 256) {
+    // d = 256: the λ pre-pass (delta, lambda), then the head-dim-split KV-outer pass with dQ
+    // there (A in two parts for dK and dQ; bwd_kv_split_sm90.cuh), dQ rounded from dq_accum
+    sm90::run_lambda_prepass<T, D, false>(p, p.total_q, p.total_k);
+    sm90::run_bwd_kv_split<T, D, true>(p, p.total_q, p.total_k);
+    launch_dq_finish<T, D>(p);
+  } else if constexpr (std::is_same<T, bf16>::value) {
     // The KV-outer pass with A in one part: two consumer warpgroups (A from the fp32 P and dS)
     // at every head dim; at d = 64 they measured 2-4% faster over the whole backward than three
     // (192-key blocks, rounded A: variant 5) at N = 2k-16k, causal or not (NOTES.md session 8).

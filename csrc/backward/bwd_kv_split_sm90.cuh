@@ -1,26 +1,38 @@
-// The Hopper (sm_90a) KV-outer backward pass at head dim 256, fa3 numerics: the head dim split
-// between the two consumer warpgroups (issue 7).
+// The Hopper (sm_90a) KV-outer backward pass at head dim 256: the head dim split between the two
+// consumer warpgroups (issue 7). Both numerics modes.
 //
 // Why a second design: bwd_kv_sm90.cuh gives each consumer warpgroup its own 64 keys with their
 // whole dK and dV rows in registers; at d = 256 that is 2 x 64 x 256 fp32 per warpgroup, 256
 // registers per thread, more than a thread may have. Here both warpgroups work on the same 64 keys
 // and each owns one half of the head dim of dK, dV and dQ (64 + 64 registers, and 64 for a tile's
 // dQ), as FlashAttention-3 does at d = 256. S and dP, which both halves need whole, are split by
-// query columns instead, and P~ and dS~ meet in shared memory:
+// query columns instead, and the rounded tiles meet in shared memory:
 //
 //   per 64-row query tile (transposed, rows are keys; warpgroup w takes query columns 32w..32w+31)
 //   S^T  = K Q_w^T,  dP^T = V dO_w^T          WGMMA m64n32, operands in shared memory, K = 256
-//   P^T = exp2(S^T c - lse2), dS^T = P^T (dP^T - delta)          registers, fp32 (FA3's formulas)
-//   P~, dS~ -> shared memory (stmatrix), one barrier of the two warpgroups
-//   dQ_w  = dS~ K[:, half w]                   WGMMA m64n128, then red.global.add.v4.f32 into
-//                                              dq_accum (tiled, dq_finish_kernel rounds it once)
-//   dV_w += P~^T dO[:, half w],  dK_w += dS~^T Q[:, half w]        WGMMA m64n128, shared memory
+//   P^T from the saved softmax state, dS^T = P^T (dP^T - delta)           registers, fp32
+//   A = dS~ (fa3) or dS~ - lambda P~ (gproj, as two rounded parts hi + lo), P~ and A -> shared
+//   memory (stmatrix), one barrier of the two warpgroups
+//   dQ_w  = A K[:, half w]                     WGMMA m64n128 (gproj: one per part), then
+//                                              red.global.add.v4.f32 into dq_accum (tiled;
+//                                              dq_finish_kernel rounds it once)
+//   dV_w += P~^T dO[:, half w],  dK_w += A^T Q[:, half w]   WGMMA m64n128 (gproj: Q' = Q - c_q,
+//                                              one GEMM per part, plus c_q (x) colsum(A) per head)
 //
-// 5 GEMM-equivalents per (query tile, key tile), as FlashAttention-3. Shared memory: K, V 64 KB,
-// two stages of Q and dO 128 KB, P~ and dS~ double buffered 32 KB: 226 of the 227 KB a block may
-// have; so the dQ tile goes to global memory by vector reductions from registers (no staging
-// buffer for a bulk reduce-add, as bwd_kv_sm90.cuh has). Their order varies: not bitwise
-// reproducible, like the d = 64 / 128 fa3 pass (deterministic=True takes the mma.sync passes).
+// fa3: 5 GEMM-equivalents per (query tile, key tile), as FlashAttention-3; dK and dV are final.
+// gproj (GPROJ's "2a" form of bwd_kv_sm90.cuh's variant 4, which meets every SPEC section 5
+// bar): lambda = r / s comes from the λ pre-pass (bwd_lambda_sm90.cuh, S and dP: 2 GEMM-
+// equivalents), then here S, dP, dV, dK (2 parts), dQ (2 parts): 7, so 9 in all. A is formed in
+// fp32 from the rounded dS~ and P~ the pre-pass summed, so each row of A sums to zero to fp32
+// rounding, and hi + lo carry it to ~16 bits (the dK and dQ GEMMs see that, not a re-rounded
+// one-part dS~ - lambda P~, whose rows would not sum to zero: SPEC section 3). dQ as (hi + lo) K'
+// instead of dS~ K' - lambda (P~ K') needs one accumulator instead of two (64 registers, which
+// is what d = 256 has left) and the same number of GEMMs.
+// Shared memory: K, V 64 KB; fa3: two stages of Q and dO 128 KB, P~ and dS~ double buffered
+// 32 KB (226 of the 227 KB a block may have); gproj: one stage of Q, dO, Q' 96 KB, P~ and the two
+// parts of A double buffered 48 KB. So the dQ tile goes to global memory by vector reductions
+// from registers (no staging buffer for a bulk reduce-add, as bwd_kv_sm90.cuh has); their order
+// varies: not bitwise reproducible (deterministic=True takes the mma.sync passes).
 #pragma once
 
 #include "../backward/bwd_common.cuh"
@@ -30,12 +42,17 @@
 namespace gproj {
 namespace sm90 {
 
-template <typename T_, int kHeadDim_>
+template <typename T_, int kHeadDim_, bool kGProj_>
 struct BwdKvSplitTraits {
   using T = T_;
   using Element = typename CuteElement<T_>::type;
+  static constexpr bool kGProj = kGProj_;
+  static_assert(!kGProj || std::is_same<T_, bf16>::value, "the Hopper gproj backward is bf16 only");
+  // A = dS~ - lambda P~ in rounded parts (gproj: hi + lo; fa3: A = dS~, one)
+  static constexpr int kAParts = kGProj ? 2 : 1;
   static constexpr int kHeadDim = kHeadDim_, kHalf = kHeadDim_ / 2;
-  static constexpr int kBlockM = 64, kBlockN = 64, kStages = 2;
+  // (gproj: one stage of Q, dO and Q', for lack of shared memory)
+  static constexpr int kBlockM = 64, kBlockN = 64, kStages = kGProj ? 1 : 2;
   static constexpr int kMmaWGs = 2, kNumMmaThreads = 256, kNumThreads = 384, kConsumerRegs = 240;
   using HD = Int<kHeadDim>;
   using BM = Int<kBlockM>;
@@ -53,11 +70,11 @@ struct BwdKvSplitTraits {
   using SmemLayoutK = decltype(tile_to_shape(SmemAtomK{}, Shape<BN, HD>{}));
   using SmemLayoutKt =
       decltype(composition(SmemLayoutK{}, make_ordered_layout(Shape<HD, BN>{}, Step<_2, _1>{})));
-  // P~ and dS~ as (keys, queries), queries contiguous: the K-major A operand of dV = P~^T dO and
-  // dK = dS~^T Q, and what stmatrix writes from the transposed accumulators (a key's 8 adjacent
-  // queries are one 16-byte row of an 8x8 block). Viewed as (queries, keys) the same bytes are
-  // dQ = dS~ K's A operand, MN-major. Double buffered: tile t + 1's stores never meet tile t's
-  // GEMM reads (both warpgroups wait for those before the barrier of tile t + 1).
+  // P~ and the parts of A as (keys, queries), queries contiguous: the K-major A operand of
+  // dV = P~^T dO and dK = A^T Q, and what stmatrix writes from the transposed accumulators (a
+  // key's 8 adjacent queries are one 16-byte row of an 8x8 block). Viewed as (queries, keys) the
+  // same bytes are dQ = A K's A operand, MN-major. Double buffered: tile t + 1's stores never
+  // meet tile t's GEMM reads (both warpgroups wait for those before the barrier of tile t + 1).
   using SmemAtomP = decltype(cutlass::gemm::collective::detail::ss_smem_selector<
                              GMMA::Major::K, Element, BN, BM>());
   using SmemLayoutP = decltype(tile_to_shape(SmemAtomP{}, Shape<BN, BM, _2>{}));
@@ -82,14 +99,22 @@ struct BwdKvSplitTraits {
   using TmaQ = TmaLoad<Element, decltype(take<0, 2>(SmemLayoutQ{})), Shape<BM, HD>>;
   using TmaK = TmaLoad<Element, SmemLayoutK, Shape<BN, HD>>;
 
+  struct NoTiles {};
+  struct GProjTiles {
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> qc;    // Q' = Q - c_q
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutP>, 1024> a_lo;  // A's second part
+    alignas(16) float row_lo[2][kBlockM];  // lambda lo
+    double colsum[2][kBlockN];             // per warpgroup, Σ_i A_ij of a head (the exchange)
+  };
   struct SharedStorage {
-    cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;  // K' where centered
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> v;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> dout;
-    cute::array_aligned<Element, cute::cosize_v<SmemLayoutP>, 1024> p;
-    cute::array_aligned<Element, cute::cosize_v<SmemLayoutP>, 1024> ds;
-    // per query row, double buffered: {raw score max, log2 row sum} and {delta, -}
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutP>, 1024> p;     // P~
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutP>, 1024> a_hi;  // dS~ (fa3), A hi
+    std::conditional_t<kGProj, GProjTiles, NoTiles> gp;
+    // per query row, double buffered: {raw score max, log2 row sum} and {delta, lambda hi}
     alignas(16) float2 row_st[2][kBlockM];
     alignas(16) float2 row_dl[2][kBlockM];
     alignas(16) cutlass::arch::ClusterTransactionBarrier barrier_kv;
@@ -101,8 +126,8 @@ struct BwdKvSplitTraits {
 
 template <class Traits>
 struct BwdKvSplitParams {
-  typename Traits::TmaQ tma_q, tma_do;
-  typename Traits::TmaK tma_k, tma_v;
+  typename Traits::TmaQ tma_q, tma_do, tma_qc;  // (tma_qc: gproj's Q', else = tma_q)
+  typename Traits::TmaK tma_k, tma_v, tma_kc;   // (tma_kc: K' where centered, else = tma_k)
   int rows_q, rows_k, batch_q;
   AttnParams p;
 };
@@ -120,6 +145,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
   using Element = typename Traits::Element;
   using T = typename Traits::T;
+  constexpr bool kGProj = Traits::kGProj;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
   using Pipeline = typename Traits::Pipeline;
   using PipelineState = typename Traits::PipelineState;
@@ -146,12 +172,15 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   if (threadIdx.x == 0) {
     cute::prefetch_tma_descriptor(prm.tma_q.get_tma_descriptor());
     cute::prefetch_tma_descriptor(prm.tma_do.get_tma_descriptor());
+    if constexpr (kGProj) cute::prefetch_tma_descriptor(prm.tma_qc.get_tma_descriptor());
     cute::prefetch_tma_descriptor(prm.tma_k.get_tma_descriptor());
+    if (p.k_centered) cute::prefetch_tma_descriptor(prm.tma_kc.get_tma_descriptor());
     cute::prefetch_tma_descriptor(prm.tma_v.get_tma_descriptor());
     ss.barrier_kv.init(1);
   }
   typename Pipeline::Params pp;
-  pp.transaction_bytes = 2 * kBlockM * kHeadDim * int(sizeof(Element));  // Q and dO of a stage
+  // Q and dO (gproj: and Q') of a stage
+  pp.transaction_bytes = (kGProj ? 3 : 2) * kBlockM * kHeadDim * int(sizeof(Element));
   pp.role = wg == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
   pp.is_leader = threadIdx.x == 0;
   pp.num_consumers = Traits::kNumMmaThreads;
@@ -165,9 +194,16 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   Tensor sDO = make_tensor(make_smem_ptr(ss.dout.data()), typename Traits::SmemLayoutQ{});
   Tensor sQt = make_tensor(make_smem_ptr(ss.q.data()), typename Traits::SmemLayoutQt{});
   Tensor sDOt = make_tensor(make_smem_ptr(ss.dout.data()), typename Traits::SmemLayoutQt{});
+  Element* qc_ptr = ss.q.data();    // fa3: dK's operand is Q itself
+  Element* alo_ptr = ss.a_hi.data();  // fa3: never used
+  if constexpr (kGProj) qc_ptr = ss.gp.qc.data(), alo_ptr = ss.gp.a_lo.data();
+  Tensor sQc = make_tensor(make_smem_ptr(qc_ptr), typename Traits::SmemLayoutQ{});
+  Tensor sQct = make_tensor(make_smem_ptr(qc_ptr), typename Traits::SmemLayoutQt{});
   Tensor sP = make_tensor(make_smem_ptr(ss.p.data()), typename Traits::SmemLayoutP{});
-  Tensor sDS = make_tensor(make_smem_ptr(ss.ds.data()), typename Traits::SmemLayoutP{});
-  Tensor sDSt = make_tensor(make_smem_ptr(ss.ds.data()), typename Traits::SmemLayoutPt{});
+  Tensor sAhi = make_tensor(make_smem_ptr(ss.a_hi.data()), typename Traits::SmemLayoutP{});
+  Tensor sAlo = make_tensor(make_smem_ptr(alo_ptr), typename Traits::SmemLayoutP{});
+  Tensor sAhit = make_tensor(make_smem_ptr(ss.a_hi.data()), typename Traits::SmemLayoutPt{});
+  Tensor sAlot = make_tensor(make_smem_ptr(alo_ptr), typename Traits::SmemLayoutPt{});
   const int bq = p.cu_seqlens_q ? 0 : b;
 
   if (wg == 0) {
@@ -176,14 +212,15 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     if (threadIdx.x == 0 && n_items > 0) {
       auto tile_q = Shape<Int<kBlockM>, Int<kHeadDim>>{};
       auto tile_k = Shape<Int<kBlockN>, Int<kHeadDim>>{};
-      Tensor mK = tma_rows(prm.tma_k, prm.rows_k, kHeadDim, p.heads_k, prm.batch_q, seq.k_start, hk, bq);
+      auto const& tma_k = reads_centered_keys(p, b, hk) ? prm.tma_kc : prm.tma_k;
+      Tensor mK = tma_rows(tma_k, prm.rows_k, kHeadDim, p.heads_k, prm.batch_q, seq.k_start, hk, bq);
       Tensor mV = tma_rows(prm.tma_v, prm.rows_k, kHeadDim, p.heads_k, prm.batch_q, seq.k_start, hk, bq);
-      auto [tKg, tKs] = tma_partition(prm.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
+      auto [tKg, tKs] = tma_partition(tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
                                       group_modes<0, 2>(local_tile(mK, tile_k, make_coord(n_block, _0{}))));
       auto [tVg, tVs] = tma_partition(prm.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV),
                                       group_modes<0, 2>(local_tile(mV, tile_k, make_coord(n_block, _0{}))));
       ss.barrier_kv.arrive_and_expect_tx(2 * kBlockN * kHeadDim * int(sizeof(Element)));
-      copy(prm.tma_k.with(reinterpret_cast<uint64_t&>(ss.barrier_kv), 0), tKg, tKs);
+      copy(tma_k.with(reinterpret_cast<uint64_t&>(ss.barrier_kv), 0), tKg, tKs);
       copy(prm.tma_v.with(reinterpret_cast<uint64_t&>(ss.barrier_kv), 0), tVg, tVs);
       PipelineState wr = cutlass::make_producer_start_state<Pipeline>();
       for (int it = 0; it < n_items; ++it) {
@@ -197,6 +234,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         pipe_q.producer_acquire(wr);
         load(prm.tma_q, sQ);
         load(prm.tma_do, sDO);
+        // Q' where centered; elsewhere Q' = Q, loaded twice (dK's GEMM reads sQc)
+        if constexpr (kGProj) load(reads_centered_queries(p, b, h) ? prm.tma_qc : prm.tma_q, sQc);
         ++wr;
       }
     }
@@ -218,15 +257,18 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   Tensor tSrQ = thr_sdp.partition_fragment_B(sQ);
   Tensor tSrDO = thr_sdp.partition_fragment_B(sDO);
   Tensor tKVrP = thr_kv.partition_fragment_A(sP);
-  Tensor tKVrDS = thr_kv.partition_fragment_A(sDS);
-  Tensor tKVrQt = thr_kv.partition_fragment_B(sQt);
+  Tensor tKVrAhi = thr_kv.partition_fragment_A(sAhi);
+  Tensor tKVrAlo = thr_kv.partition_fragment_A(sAlo);
+  Tensor tKVrQct = thr_kv.partition_fragment_B(sQct);
   Tensor tKVrDOt = thr_kv.partition_fragment_B(sDOt);
-  Tensor tDQrDS = thr_dq.partition_fragment_A(sDSt);
+  Tensor tDQrAhi = thr_dq.partition_fragment_A(sAhit);
+  Tensor tDQrAlo = thr_dq.partition_fragment_A(sAlot);
   Tensor tDQrKt = thr_dq.partition_fragment_B(sKt);
   auto r2s = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_sdp);
   auto r2s_thr = r2s.get_thread_slice(tid);
   Tensor tRSsP = r2s_thr.partition_D(sP);
-  Tensor tRSsDS = r2s_thr.partition_D(sDS);
+  Tensor tRSsAhi = r2s_thr.partition_D(sAhi);
+  Tensor tRSsAlo = r2s_thr.partition_D(sAlo);
 
   auto shape_s = Shape<Int<kBlockN>, Int<kBlockM>>{};  // (keys, queries)
   Tensor tScS = thr_sdp.partition_C(make_identity_tensor(shape_s));
@@ -237,6 +279,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   clear(tdKrdK);
   clear(tdVrdV);
   Tensor tdKcdK = thr_kv.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+  // gproj: per key row, Σ over this warpgroup's queries of a head of A (fp32 in a tile, fp64
+  // across tiles; bwd_kv_sm90.cuh says why), for the rank-one term c_q (x) colsum(A) of dK.
+  double colsum[kRows];
+  CUTLASS_PRAGMA_UNROLL
+  for (int r = 0; r < kRows; ++r) colsum[r] = 0.0;
 
   // Softmax state and delta of item `it`'s query rows into ss.row_st / row_dl[it & 1] by
   // cp.async, a tile ahead; the first warp of each warpgroup fetches the 32 rows its warpgroup
@@ -251,8 +298,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       const bool ok = i < seq.nq;
       const int64_t idx = ok ? rowstat_index(p, b, h, seq.q_start + i) : 0;
       cp_async_zfill(&ss.row_st[it & 1][slot], reinterpret_cast<const float2*>(p.stats) + idx, ok);
-      cp_async_zfill(&ss.row_dl[it & 1][slot],
-                     reinterpret_cast<const float2*>(reinterpret_cast<const float*>(p.rowstate) + 4 * idx), ok);
+      const float* rs = reinterpret_cast<const float*>(p.rowstate) + 4 * idx;
+      cp_async_zfill(&ss.row_dl[it & 1][slot], reinterpret_cast<const float2*>(rs), ok);
+      if constexpr (kGProj) cp_async_zfill(&ss.gp.row_lo[it & 1][slot], rs + 2, ok);
     }
     cute::cp_async_fence();
   };
@@ -282,8 +330,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       fetch_rows(it + 1);  // into the other buffer, last read in tile it - 1 (before its barrier)
       warpgroup_wait<0>();
 
-      // P^T = exp2(S^T c - lse2) (FA3's one-FMA form), masked entries zeroed on tiles the mask
-      // cuts; dS^T = P^T (dP^T - delta) in place, both fp32; then rounded once each.
+      // P^T from the saved softmax state (gproj: exp2(fma(s - m, c, -log2 l)), the exact-max P;
+      // fa3: FA3's exp2(fma(s, c, -lse2))), masked entries zeroed on tiles the mask cuts;
+      // dS^T = P^T (dP^T - delta) in place, both fp32.
       Tensor s_rc = make_tensor(tSrS.data(), acc_rowcol(tSrS.layout()));
       Tensor dp_rc = make_tensor(tSrDP.data(), acc_rowcol(tSrDP.layout()));
       const bool partial = mask.tile_partial(i0, i0 + kBlockM, n0, n0 + kBlockN);
@@ -293,20 +342,20 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         const int qi = get<1>(c_rc(0, j));
         const float4 st2 = *reinterpret_cast<const float4*>(&row_st[qi]);
         const float4 dl2 = *reinterpret_cast<const float4*>(&row_dl[qi]);
-        const float lse0 = load_row_softmax(make_float2(st2.x, st2.y), c).lse2;
-        const float lse1 = load_row_softmax(make_float2(st2.z, st2.w), c).lse2;
         CUTLASS_PRAGMA_UNROLL
-        for (int r = 0; r < kRows; ++r) {
-          s_rc(r, j) = exp2_approx(fmaf(s_rc(r, j), c, -lse0));
-          s_rc(r, j + 1) = exp2_approx(fmaf(s_rc(r, j + 1), c, -lse1));
-        }
-        if (partial) {
+        for (int jj = 0; jj < 2; ++jj) {
+          const float2 st = jj == 0 ? make_float2(st2.x, st2.y) : make_float2(st2.z, st2.w);
+          const float lse2 = load_row_softmax(st, c).lse2;
           CUTLASS_PRAGMA_UNROLL
-          for (int jj = 0; jj < 2; ++jj)
-            CUTLASS_PRAGMA_UNROLL
-            for (int r = 0; r < kRows; ++r)
-              if (!mask.visible(i0 + get<1>(c_rc(r, j + jj)), n0 + get<0>(c_rc(r, j + jj))))
-                s_rc(r, j + jj) = 0.f;
+          for (int r = 0; r < kRows; ++r) {
+            if constexpr (kGProj) {
+              s_rc(r, j + jj) = exp2_approx(fmaf(s_rc(r, j + jj) - st.x, c, -st.y));
+            } else {
+              s_rc(r, j + jj) = exp2_approx(fmaf(s_rc(r, j + jj), c, -lse2));
+            }
+            if (partial && !mask.visible(i0 + get<1>(c_rc(r, j + jj)), n0 + get<0>(c_rc(r, j + jj))))
+              s_rc(r, j + jj) = 0.f;
+          }
         }
         CUTLASS_PRAGMA_UNROLL
         for (int r = 0; r < kRows; ++r) {
@@ -314,23 +363,63 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
           dp_rc(r, j + 1) = s_rc(r, j + 1) * (dp_rc(r, j + 1) - dl2.z);
         }
       }
+      // P~ and dS~: rounded once each. fa3: A = dS~. gproj: A = dS~ - lambda P~ in fp32 from
+      // those rounded values (lambda as hi + lo), so every row of A sums to zero to fp32
+      // rounding, then split into two rounded parts, hi and lo = A - hi.
       Tensor tOrP = make_tensor_like<Element>(tSrS);
-      Tensor tOrDS = make_tensor_like<Element>(tSrDP);
+      Tensor tOrAhi = make_tensor_like<Element>(tSrDP);
+      Tensor tOrAlo = make_tensor_like<Element>(tSrDP);  // (gproj only: no registers in fa3)
       to_element(tSrS, tOrP);
-      to_element(tSrDP, tOrDS);
+      to_element(tSrDP, tOrAhi);
+      if constexpr (kGProj) {
+        const float* row_lo = ss.gp.row_lo[buf];
+        Tensor p_rc = make_tensor(tOrP.data(), acc_rowcol(tSrS.layout()));
+        Tensor hi_rc = make_tensor(tOrAhi.data(), acc_rowcol(tSrS.layout()));
+        Tensor lo_rc = make_tensor(tOrAlo.data(), acc_rowcol(tSrS.layout()));
+        auto pair = [](auto& t, int r, int j) -> uint32_t& {
+          return *reinterpret_cast<uint32_t*>(&t(r, j));  // (r, j), (r, j + 1): one register
+        };
+        float tile_sum[kRows];
+        CUTLASS_PRAGMA_UNROLL
+        for (int r = 0; r < kRows; ++r) tile_sum[r] = 0.f;
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < size<1>(p_rc); j += 2) {
+          const int qi = get<1>(c_rc(0, j));
+          const float4 dl2 = *reinterpret_cast<const float4*>(&row_dl[qi]);
+          const float2 lo2 = *reinterpret_cast<const float2*>(&row_lo[qi]);
+          CUTLASS_PRAGMA_UNROLL
+          for (int r = 0; r < kRows; ++r) {
+            const float2 pt = unpack2<T>(pair(p_rc, r, j));
+            const float2 ds = unpack2<T>(pair(hi_rc, r, j));  // (still dS~ here)
+            const float a0 = fmaf(-lo2.x, pt.x, fmaf(-dl2.y, pt.x, ds.x));
+            const float a1 = fmaf(-lo2.y, pt.y, fmaf(-dl2.w, pt.y, ds.y));
+            const uint32_t hi = pack2<T>(a0, a1);
+            const float2 hf = unpack2<T>(hi);
+            pair(hi_rc, r, j) = hi;
+            pair(lo_rc, r, j) = pack2<T>(a0 - hf.x, a1 - hf.y);
+            tile_sum[r] += a0;
+            tile_sum[r] += a1;
+          }
+        }
+        CUTLASS_PRAGMA_UNROLL
+        for (int r = 0; r < kRows; ++r) colsum[r] += double(tile_sum[r]);
+      }
       copy(r2s, r2s_thr.retile_S(tOrP), tRSsP(_, _, _, buf));
-      copy(r2s, r2s_thr.retile_S(tOrDS), tRSsDS(_, _, _, buf));
+      copy(r2s, r2s_thr.retile_S(tOrAhi), tRSsAhi(_, _, _, buf));
+      if constexpr (kGProj) copy(r2s, r2s_thr.retile_S(tOrAlo), tRSsAlo(_, _, _, buf));
       cute::cp_async_wait<0>();                  // the next tile's rows have landed
       cutlass::arch::fence_view_async_shared();  // stmatrix writes -> WGMMA reads
-      consumers_sync();                    // both halves of P~, dS~ (and the rows) are in
+      consumers_sync();                          // both halves of P~, A (and the rows) are in
 
       // dQ first, so that its reductions run while dV and dK are on the tensor cores.
       Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});
-      wg_gemm<true>(mma_dq, tDQrDS(_, _, _, buf), tDQrKt, tdQrdQ);
+      wg_gemm<true>(mma_dq, tDQrAhi(_, _, _, buf), tDQrKt, tdQrdQ);
+      if constexpr (kGProj) wg_gemm<false>(mma_dq, tDQrAlo(_, _, _, buf), tDQrKt, tdQrdQ);
       wg_gemm<false>(mma_kv, tKVrP(_, _, _, buf), tKVrDOt(_, _, _, rd.index()), tdVrdV);
-      wg_gemm<false>(mma_kv, tKVrDS(_, _, _, buf), tKVrQt(_, _, _, rd.index()), tdKrdK);
-      warpgroup_wait<2>();  // dQ done
-      // dq_accum += dS~ K (unscaled): this warpgroup's 64 x 128 half in accumulator order
+      wg_gemm<false>(mma_kv, tKVrAhi(_, _, _, buf), tKVrQct(_, _, _, rd.index()), tdKrdK);
+      if constexpr (kGProj) wg_gemm<false>(mma_kv, tKVrAlo(_, _, _, buf), tKVrQct(_, _, _, rd.index()), tdKrdK);
+      warpgroup_wait<Traits::kAParts + 1>();  // dQ done (dV and dK's parts may still run)
+      // dq_accum += A K (unscaled): this warpgroup's 64 x 128 half in accumulator order
       // (tile.cuh, dq_accum_offset), a float4 per lane and step, consecutive lanes contiguous.
       {
         const int lane128 = tid & 127;
@@ -345,6 +434,32 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       warpgroup_wait<0>();  // dV, dK done: the stage is free
       pipe_q.consumer_release(rd);
       ++rd;
+
+      if constexpr (kGProj) {
+        if (it % tiles_per_head == tiles_per_head - 1) {
+          // The head's last tile: dK += c_q (x) colsum(A), with colsum over all 64 queries of
+          // every tile: this warpgroup's half plus the other's, exchanged through shared memory
+          // (the two warpgroups' threads at the same position hold the same key rows).
+          CUTLASS_PRAGMA_UNROLL
+          for (int r = 0; r < kRows; ++r) {
+            colsum[r] = quad_sum(colsum[r]);
+            if ((tid & 3) == 0) ss.gp.colsum[w][get<0>(c_rc(r, 0))] = colsum[r];
+          }
+          consumers_sync();
+          const T* cq = reinterpret_cast<const T*>(p.q_shift) + (int64_t(b) * p.heads + h) * kHeadDim;
+          Tensor dk_rc = make_tensor(tdKrdK.data(), acc_rowcol(tdKrdK.layout()));
+          Tensor dkc_rc = make_tensor(tdKcdK.data(), acc_rowcol(tdKcdK.layout()));
+          CUTLASS_PRAGMA_UNROLL
+          for (int r = 0; r < kRows; ++r) {
+            // (fixed order: warpgroup 0's sum first, so both halves of a row use the same value)
+            const double cs = ss.gp.colsum[0][get<0>(c_rc(r, 0))] + ss.gp.colsum[1][get<0>(c_rc(r, 0))];
+            colsum[r] = 0.0;
+            CUTLASS_PRAGMA_UNROLL
+            for (int j = 0; j < size<1>(dk_rc); ++j)
+              dk_rc(r, j) += float(cs * double(to_float(cq[get<1>(dkc_rc(r, j))])));
+          }
+        }
+      }
     }
   }
 
@@ -369,9 +484,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 #endif
 }
 
-template <typename T, int kHeadDim>
+template <typename T, int kHeadDim, bool kGProj>
 void run_bwd_kv_split(const AttnParams& p, int total_q, int total_k) {
-  using Traits = BwdKvSplitTraits<T, kHeadDim>;
+  using Traits = BwdKvSplitTraits<T, kHeadDim, kGProj>;
   const bool varlen = p.cu_seqlens_q != 0;
   BwdKvSplitParams<Traits> prm;
   set_tma_extents(prm, p, total_q, total_k);
@@ -389,7 +504,9 @@ void run_bwd_kv_split(const AttnParams& p, int total_q, int total_k) {
   };
   prm.tma_q = tma_q(p.q, p.q_stride);
   prm.tma_do = tma_q(p.dout, p.do_stride);
+  prm.tma_qc = kGProj ? tma_q(p.q_centered, p.qc_stride) : prm.tma_q;
   prm.tma_k = tma_k(p.k, p.k_stride);
+  prm.tma_kc = p.k_centered ? tma_k(p.k_centered, p.kc_stride) : prm.tma_k;
   prm.tma_v = tma_k(p.v, p.v_stride);
   auto kernel = bwd_kv_split_sm90_kernel<Traits>;
   const dim3 grid((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, p.heads_k, p.batch);

@@ -229,8 +229,11 @@ def backward_cuda(dout, q, k, v, out, stats, cu_q, cu_k, max_q, max_k, scale, wl
             k_flags = torch.empty(k.shape[0], k.shape[-2], dtype=torch.int32, device=k.device)
             q_flags = torch.empty(q.shape[0], q.shape[-2], dtype=torch.int32, device=q.device)
         k_centered, _ = center_keys_cuda(k, cu_k, max_k, flags=k_flags)  # the forward's shift
-        # Q' = Q - q_shift, the dK GEMM's operand (loaded by TMA in the KV-outer pass)
-        q_centered, q_shift = center_keys_cuda(q, cu_q, max_q, flags=q_flags)
+        if q.shape[-1] == 256:  # Q' = Q - q_shift made in shared memory (bwd_kv_split_sm90.cuh)
+            q_flags = None
+            _, q_shift = center_keys_cuda(q, cu_q, max_q, shift_only=True)
+        else:  # Q' = Q - q_shift, the dK GEMM's operand (loaded by TMA in the KV-outer pass)
+            q_centered, q_shift = center_keys_cuda(q, cu_q, max_q, flags=q_flags)
     elif numerics == "gproj":
         k, _ = center_keys_cuda(k, cu_k, max_k)   # the same exact shift the forward used
         _, q_shift = center_keys_cuda(q, cu_q, max_q, shift_only=True)  # (dK GEMM, in the kernel)
@@ -264,9 +267,12 @@ def backward_cuda(dout, q, k, v, out, stats, cu_q, cu_k, max_q, max_k, scale, wl
             p.dq_accum = dq_accum.data_ptr()
         if numerics == "gproj":
             p.k_centered, p.kc_stride = k_centered.data_ptr(), _strides3(k_centered, varlen)
-            p.q_centered, p.qc_stride = q_centered.data_ptr(), _strides3(q_centered, varlen)
+            if q_centered is not None:
+                p.q_centered, p.qc_stride = q_centered.data_ptr(), _strides3(q_centered, varlen)
             if k_flags is not None:
-                p.k_center_flags, p.q_center_flags = k_flags.data_ptr(), q_flags.data_ptr()
+                p.k_center_flags = k_flags.data_ptr()
+            if q_flags is not None:
+                p.q_center_flags = q_flags.data_ptr()
         if _projects_dk(numerics, q.shape[-1]):
             # fp32 dK before the projection (in the caller's dk_accum when given: it then
             # receives the projected values) and the fp64 key sums of every DK_KEYSUM_SLOT keys.

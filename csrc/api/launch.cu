@@ -213,8 +213,11 @@ int run_backward(const AttnParams& p, char* err, size_t err_len) {
     if (p.backward_passes == 8) {  // the Hopper backward (tile_configs.cuh, hopper_backward)
       if (p.numerics == int(Numerics::kGProj)) {
         if (p.dtype != int(DType::kBF16)) fail("backward_passes 8 (Hopper backward) with gproj numerics: bf16 only so far (fp16 takes the mma.sync passes)");
-        require_ptr(p.q_centered, "q_centered (Q - q_shift)");
-        require_strides(p.qc_stride, "q_centered", varlen);
+        require_ptr(p.q_shift, "q_shift (the queries' centering shift)");
+        if (p.head_dim != 256) {  // (d = 256 makes Q' in shared memory)
+          require_ptr(p.q_centered, "q_centered (Q - q_shift)");
+          require_strides(p.qc_stride, "q_centered", varlen);
+        }
       }
       if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) fail("backward_passes 8 (Hopper backward): head_dim %d, supported: 64, 128 and 256", p.head_dim);
       if (device_arch(p.device) < 90) fail("backward_passes 8 (Hopper KV-outer backward) needs sm_90 (Hopper)");

@@ -51,8 +51,10 @@ struct BwdKvSplitTraits {
   // A = dS~ - lambda P~ in rounded parts (gproj: hi + lo; fa3: A = dS~, one)
   static constexpr int kAParts = kGProj ? 2 : 1;
   static constexpr int kHeadDim = kHeadDim_, kHalf = kHeadDim_ / 2;
-  // (gproj: one stage of Q, dO and Q', for lack of shared memory)
-  static constexpr int kBlockM = 64, kBlockN = 64, kStages = kGProj ? 1 : 2;
+  static constexpr int kBlockM = 64, kBlockN = 64, kStages = 2;
+  // P~ and A's parts double buffered (fa3), or single (gproj: three tiles do not fit twice), with
+  // one more barrier per tile before they are overwritten.
+  static constexpr int kTileBufs = kGProj ? 1 : 2;
   static constexpr int kMmaWGs = 2, kNumMmaThreads = 256, kNumThreads = 384, kConsumerRegs = 240;
   using HD = Int<kHeadDim>;
   using BM = Int<kBlockM>;
@@ -73,13 +75,13 @@ struct BwdKvSplitTraits {
   // P~ and the parts of A as (keys, queries), queries contiguous: the K-major A operand of
   // dV = P~^T dO and dK = A^T Q, and what stmatrix writes from the transposed accumulators (a
   // key's 8 adjacent queries are one 16-byte row of an 8x8 block). Viewed as (queries, keys) the
-  // same bytes are dQ = A K's A operand, MN-major. Double buffered: tile t + 1's stores never
+  // same bytes are dQ = A K's A operand, MN-major. Double buffered, tile t + 1's stores never
   // meet tile t's GEMM reads (both warpgroups wait for those before the barrier of tile t + 1).
   using SmemAtomP = decltype(cutlass::gemm::collective::detail::ss_smem_selector<
                              GMMA::Major::K, Element, BN, BM>());
-  using SmemLayoutP = decltype(tile_to_shape(SmemAtomP{}, Shape<BN, BM, _2>{}));
+  using SmemLayoutP = decltype(tile_to_shape(SmemAtomP{}, Shape<BN, BM, Int<kTileBufs>>{}));
   using SmemLayoutPt = decltype(composition(
-      SmemLayoutP{}, make_ordered_layout(Shape<BM, BN, _2>{}, Step<_2, _1, _3>{})));
+      SmemLayoutP{}, make_ordered_layout(Shape<BM, BN, Int<kTileBufs>>{}, Step<_2, _1, _3>{})));
 
   // S^T / dP^T: the warpgroups split the query columns (N); dV, dK and dQ: the head dim (N).
   using TiledMmaSdP = decltype(make_tiled_mma(
@@ -101,7 +103,6 @@ struct BwdKvSplitTraits {
 
   struct NoTiles {};
   struct GProjTiles {
-    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> qc;    // Q' = Q - c_q
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutP>, 1024> a_lo;  // A's second part
     alignas(16) float row_lo[2][kBlockM];  // lambda lo
     double colsum[2][kBlockN];             // per warpgroup, Σ_i A_ij of a head (the exchange)
@@ -126,8 +127,8 @@ struct BwdKvSplitTraits {
 
 template <class Traits>
 struct BwdKvSplitParams {
-  typename Traits::TmaQ tma_q, tma_do, tma_qc;  // (tma_qc: gproj's Q', else = tma_q)
-  typename Traits::TmaK tma_k, tma_v, tma_kc;   // (tma_kc: K' where centered, else = tma_k)
+  typename Traits::TmaQ tma_q, tma_do;
+  typename Traits::TmaK tma_k, tma_v, tma_kc;  // (tma_kc: K' where centered, else = tma_k)
   int rows_q, rows_k, batch_q;
   AttnParams p;
 };
@@ -172,15 +173,13 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   if (threadIdx.x == 0) {
     cute::prefetch_tma_descriptor(prm.tma_q.get_tma_descriptor());
     cute::prefetch_tma_descriptor(prm.tma_do.get_tma_descriptor());
-    if constexpr (kGProj) cute::prefetch_tma_descriptor(prm.tma_qc.get_tma_descriptor());
     cute::prefetch_tma_descriptor(prm.tma_k.get_tma_descriptor());
     if (p.k_centered) cute::prefetch_tma_descriptor(prm.tma_kc.get_tma_descriptor());
     cute::prefetch_tma_descriptor(prm.tma_v.get_tma_descriptor());
     ss.barrier_kv.init(1);
   }
   typename Pipeline::Params pp;
-  // Q and dO (gproj: and Q') of a stage
-  pp.transaction_bytes = (kGProj ? 3 : 2) * kBlockM * kHeadDim * int(sizeof(Element));
+  pp.transaction_bytes = 2 * kBlockM * kHeadDim * int(sizeof(Element));  // Q and dO of a stage
   pp.role = wg == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
   pp.is_leader = threadIdx.x == 0;
   pp.num_consumers = Traits::kNumMmaThreads;
@@ -194,11 +193,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   Tensor sDO = make_tensor(make_smem_ptr(ss.dout.data()), typename Traits::SmemLayoutQ{});
   Tensor sQt = make_tensor(make_smem_ptr(ss.q.data()), typename Traits::SmemLayoutQt{});
   Tensor sDOt = make_tensor(make_smem_ptr(ss.dout.data()), typename Traits::SmemLayoutQt{});
-  Element* qc_ptr = ss.q.data();    // fa3: dK's operand is Q itself
   Element* alo_ptr = ss.a_hi.data();  // fa3: never used
-  if constexpr (kGProj) qc_ptr = ss.gp.qc.data(), alo_ptr = ss.gp.a_lo.data();
-  Tensor sQc = make_tensor(make_smem_ptr(qc_ptr), typename Traits::SmemLayoutQ{});
-  Tensor sQct = make_tensor(make_smem_ptr(qc_ptr), typename Traits::SmemLayoutQt{});
+  if constexpr (kGProj) alo_ptr = ss.gp.a_lo.data();
   Tensor sP = make_tensor(make_smem_ptr(ss.p.data()), typename Traits::SmemLayoutP{});
   Tensor sAhi = make_tensor(make_smem_ptr(ss.a_hi.data()), typename Traits::SmemLayoutP{});
   Tensor sAlo = make_tensor(make_smem_ptr(alo_ptr), typename Traits::SmemLayoutP{});
@@ -234,8 +230,6 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         pipe_q.producer_acquire(wr);
         load(prm.tma_q, sQ);
         load(prm.tma_do, sDO);
-        // Q' where centered; elsewhere Q' = Q, loaded twice (dK's GEMM reads sQc)
-        if constexpr (kGProj) load(reads_centered_queries(p, b, h) ? prm.tma_qc : prm.tma_q, sQc);
         ++wr;
       }
     }
@@ -259,7 +253,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   Tensor tKVrP = thr_kv.partition_fragment_A(sP);
   Tensor tKVrAhi = thr_kv.partition_fragment_A(sAhi);
   Tensor tKVrAlo = thr_kv.partition_fragment_A(sAlo);
-  Tensor tKVrQct = thr_kv.partition_fragment_B(sQct);
+  Tensor tKVrQt = thr_kv.partition_fragment_B(sQt);
   Tensor tKVrDOt = thr_kv.partition_fragment_B(sDOt);
   Tensor tDQrAhi = thr_dq.partition_fragment_A(sAhit);
   Tensor tDQrAlo = thr_dq.partition_fragment_A(sAlot);
@@ -319,7 +313,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     for (int it = 0; it < n_items; ++it) {
       const int h = item_head(it), mb = item_tile(it);
       const int i0 = mb * kBlockM;
-      const int buf = it & 1;
+      const int buf = it & 1;                      // row state
+      const int tbuf = it % Traits::kTileBufs;     // P~ and A
       const float2* row_st = ss.row_st[buf];
       const float2* row_dl = ss.row_dl[buf];
       Tensor tSrS = partition_fragment_C(mma_sdp, shape_s);
@@ -329,7 +324,6 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       wg_gemm<true>(mma_sdp, tSrV, tSrDO(_, _, _, rd.index()), tSrDP);
       fetch_rows(it + 1);  // into the other buffer, last read in tile it - 1 (before its barrier)
       warpgroup_wait<0>();
-
       // P^T from the saved softmax state (gproj: exp2(fma(s - m, c, -log2 l)), the exact-max P;
       // fa3: FA3's exp2(fma(s, c, -lse2))), masked entries zeroed on tiles the mask cuts;
       // dS^T = P^T (dP^T - delta) in place, both fp32.
@@ -404,20 +398,42 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         CUTLASS_PRAGMA_UNROLL
         for (int r = 0; r < kRows; ++r) colsum[r] += double(tile_sum[r]);
       }
-      copy(r2s, r2s_thr.retile_S(tOrP), tRSsP(_, _, _, buf));
-      copy(r2s, r2s_thr.retile_S(tOrAhi), tRSsAhi(_, _, _, buf));
-      if constexpr (kGProj) copy(r2s, r2s_thr.retile_S(tOrAlo), tRSsAlo(_, _, _, buf));
+      // single buffers: the other warpgroup's GEMMs of the previous tile (waited for at its end)
+      // have read them
+      if constexpr (Traits::kTileBufs == 1) consumers_sync();
+      copy(r2s, r2s_thr.retile_S(tOrP), tRSsP(_, _, _, tbuf));
+      copy(r2s, r2s_thr.retile_S(tOrAhi), tRSsAhi(_, _, _, tbuf));
+      if constexpr (kGProj) copy(r2s, r2s_thr.retile_S(tOrAlo), tRSsAlo(_, _, _, tbuf));
+      // gproj: dK's GEMM takes the centered queries Q' = Q - c_q. Q' is exact in the input type
+      // (the centering pre-pass picks c_q so that Sterbenz's lemma holds), so this warpgroup
+      // makes its 32 rows of the stage's Q into Q' in place once its S GEMM has read them (here,
+      // where only dK and dV hold registers: right after S, it spilled 64 bytes),
+      // instead of a third tile per stage loaded from a Q' in global memory (two stages of Q,
+      // dO and Q' do not fit beside K and V). The barrier below publishes them; with c_q = 0
+      // (the lazy pre-pass found no offset) the subtraction leaves Q as it is.
+      if constexpr (kGProj) {
+        const T* cq = reinterpret_cast<const T*>(p.q_shift) + (int64_t(b) * p.heads + h) * kHeadDim;
+        const int lane128 = tid & 127, col = (lane128 % (kHeadDim / 8)) * 8;
+        const uint4 c8 = *reinterpret_cast<const uint4*>(cq + col);
+        constexpr int kRowsPerPass = 128 / (kHeadDim / 8);
+#pragma unroll 1
+        for (int r = lane128 / (kHeadDim / 8); r < kBlockM / 2; r += kRowsPerPass) {
+          uint4* x = reinterpret_cast<uint4*>(&sQ(32 * w + r, col, rd.index()));
+          *x = sub8<T>(*x, c8);
+        }
+      }
+
       cute::cp_async_wait<0>();                  // the next tile's rows have landed
-      cutlass::arch::fence_view_async_shared();  // stmatrix writes -> WGMMA reads
-      consumers_sync();                          // both halves of P~, A (and the rows) are in
+      cutlass::arch::fence_view_async_shared();  // stmatrix (and Q') writes -> WGMMA reads
+      consumers_sync();                          // both halves of P~, A, Q' (and the rows) are in
 
       // dQ first, so that its reductions run while dV and dK are on the tensor cores.
       Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});
-      wg_gemm<true>(mma_dq, tDQrAhi(_, _, _, buf), tDQrKt, tdQrdQ);
-      if constexpr (kGProj) wg_gemm<false>(mma_dq, tDQrAlo(_, _, _, buf), tDQrKt, tdQrdQ);
-      wg_gemm<false>(mma_kv, tKVrP(_, _, _, buf), tKVrDOt(_, _, _, rd.index()), tdVrdV);
-      wg_gemm<false>(mma_kv, tKVrAhi(_, _, _, buf), tKVrQct(_, _, _, rd.index()), tdKrdK);
-      if constexpr (kGProj) wg_gemm<false>(mma_kv, tKVrAlo(_, _, _, buf), tKVrQct(_, _, _, rd.index()), tdKrdK);
+      wg_gemm<true>(mma_dq, tDQrAhi(_, _, _, tbuf), tDQrKt, tdQrdQ);
+      if constexpr (kGProj) wg_gemm<false>(mma_dq, tDQrAlo(_, _, _, tbuf), tDQrKt, tdQrdQ);
+      wg_gemm<false>(mma_kv, tKVrP(_, _, _, tbuf), tKVrDOt(_, _, _, rd.index()), tdVrdV);
+      wg_gemm<false>(mma_kv, tKVrAhi(_, _, _, tbuf), tKVrQt(_, _, _, rd.index()), tdKrdK);
+      if constexpr (kGProj) wg_gemm<false>(mma_kv, tKVrAlo(_, _, _, tbuf), tKVrQt(_, _, _, rd.index()), tdKrdK);
       warpgroup_wait<Traits::kAParts + 1>();  // dQ done (dV and dK's parts may still run)
       // dq_accum += A K (unscaled): this warpgroup's 64 x 128 half in accumulator order
       // (tile.cuh, dq_accum_offset), a float4 per lane and step, consecutive lanes contiguous.
@@ -504,7 +520,6 @@ void run_bwd_kv_split(const AttnParams& p, int total_q, int total_k) {
   };
   prm.tma_q = tma_q(p.q, p.q_stride);
   prm.tma_do = tma_q(p.dout, p.do_stride);
-  prm.tma_qc = kGProj ? tma_q(p.q_centered, p.qc_stride) : prm.tma_q;
   prm.tma_k = tma_k(p.k, p.k_stride);
   prm.tma_kc = p.k_centered ? tma_k(p.k_centered, p.kc_stride) : prm.tma_k;
   prm.tma_v = tma_k(p.v, p.v_stride);

@@ -111,6 +111,21 @@ __device__ __forceinline__ float dot8_accumulate(uint4 a, uint4 b, float acc) {
   return acc;
 }
 
+// a - b over two 16-byte chunks of eight 16-bit values (fp32 subtractions, rounded once): exact,
+// and so equal to the centering pre-pass's output, wherever Sterbenz's lemma holds, as it does
+// for the centering shifts (center_keys.cuh); the Hopper d = 256 backward's in-place Q'.
+template <typename T>
+__device__ __forceinline__ uint4 sub8(uint4 a, uint4 b) {
+  const uint32_t aw[4] = {a.x, a.y, a.z, a.w}, bw[4] = {b.x, b.y, b.z, b.w};
+  uint32_t r[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const float2 x = unpack2<T>(aw[e]), y = unpack2<T>(bw[e]);
+    r[e] = pack2<T>(x.x - y.x, x.y - y.y);
+  }
+  return make_uint4(r[0], r[1], r[2], r[3]);
+}
+
 template <typename F>  // float or double
 __device__ __forceinline__ F quad_sum(F x) {
   x += __shfl_xor_sync(0xffffffff, x, 1);

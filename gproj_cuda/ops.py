@@ -188,13 +188,11 @@ def _reduce_adds_dq(numerics: str, d: int = 128) -> bool:
 DK_KEYSUM_SLOT = 64
 
 
-def _projects_dk(numerics: str, d: int = 128) -> bool:
+def _projects_dk(numerics: str) -> bool:
     """Whether the Hopper backward rounds A once and projects dK onto Σ_j dK_j = 0 afterwards
     (csrc/api/variants.h, hopper_bwd_projects_dk): it then needs an fp32 dK and the key sums of
-    every DK_KEYSUM_SLOT keys (csrc/prepost/dk_project.cuh, dk_keysum_slots). Not at d = 256,
-    where A enters in two parts (bwd_kv_split_sm90.cuh)."""
-    return (numerics == "gproj" and d != 256 and
-            os.environ.get("GPROJ_BWD_VARIANT") not in ("3", "4", "6"))
+    every DK_KEYSUM_SLOT keys (csrc/prepost/dk_project.cuh, dk_keysum_slots)."""
+    return numerics == "gproj" and os.environ.get("GPROJ_BWD_VARIANT") not in ("3", "4", "6")
 
 
 def backward_cuda(dout, q, k, v, out, stats, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics,
@@ -273,7 +271,7 @@ def backward_cuda(dout, q, k, v, out, stats, cu_q, cu_k, max_q, max_k, scale, wl
                 p.k_center_flags = k_flags.data_ptr()
             if q_flags is not None:
                 p.q_center_flags = q_flags.data_ptr()
-        if _projects_dk(numerics, q.shape[-1]):
+        if _projects_dk(numerics):
             # fp32 dK before the projection (in the caller's dk_accum when given: it then
             # receives the projected values) and the fp64 key sums of every DK_KEYSUM_SLOT keys.
             unprojected = (dk_accum if dk_accum is not None else

@@ -226,10 +226,10 @@ def test_chunk_kernels_whole_problem_equal_the_op(numerics, d):
         dk_acc, dv_acc = torch.zeros(k.shape, **f32), torch.zeros(k.shape, **f32)
         chunks.backward_dkdv_chunk(do, q, kc, v, stats, rowstate, key_shift(q), dk_acc, dv_acc,
                                    softmax_scale=scale, numerics=numerics, causal=causal)
-        # gproj's Hopper backward (d = 64/128) rounds A once before the dK GEMM and projects dK
+        # gproj's Hopper backward rounds A once before the dK GEMM and projects dK
         # (csrc/prepost/dk_project.cuh); the chunk kernels take A in three parts: one bf16
         # rounding of A apart (measured 5.9e-4), otherwise an fp32 summation order apart.
-        hopper_one_part = numerics == "gproj" and d in (64, 128) and ops._hopper_backward(
+        hopper_one_part = numerics == "gproj" and ops._hopper_backward(
             q, numerics, None) and ops._projects_dk(numerics)
         dk_tol = 2e-3 if hopper_one_part else 1e-4
         assert row_rel_err(dk_acc, dk32) <= dk_tol and row_rel_err(dv_acc, dv.float()) <= 4e-3

@@ -55,9 +55,16 @@ void hopper_backward(const AttnParams& p) {
   // (fp16 gproj: the mma.sync passes; launch.cu refuses it here)
   if constexpr (std::is_same<T, bf16>::value && D == 256) {
     // d = 256: the λ pre-pass (delta, lambda), then the head-dim-split KV-outer pass with dQ
-    // there (A in two parts for dK and dQ; bwd_kv_split_sm90.cuh), dQ rounded from dq_accum
+    // there (A in two parts for dQ; bwd_kv_split_sm90.cuh), dQ rounded from dq_accum. dK from
+    // A's high part, then projected; variants 3, 4 and 6 (hopper_bwd_projects_dk: false): from
+    // both parts.
     sm90::run_lambda_prepass<T, D, false>(p, p.total_q, p.total_k);
-    sm90::run_bwd_kv_split<T, D, true>(p, p.total_q, p.total_k);
+    if (hopper_bwd_projects_dk(p)) {
+      sm90::run_bwd_kv_split<T, D, true, 1>(p, p.total_q, p.total_k);
+      launch_dk_project<T, D>(p);
+    } else {
+      sm90::run_bwd_kv_split<T, D, true, 2>(p, p.total_q, p.total_k);
+    }
     launch_dq_finish<T, D>(p);
   } else if constexpr (std::is_same<T, bf16>::value) {
     // The KV-outer pass with A in one part: two consumer warpgroups (A from the fp32 P and dS)

@@ -57,7 +57,7 @@ inline int bwd_variant() {
 // Whether the gproj Hopper backward rounds A once and projects dK (needs dk_unprojected, dk_keysum).
 inline bool hopper_bwd_projects_dk(const AttnParams& p) {
   const int v = bwd_variant();
-  return p.numerics == int(Numerics::kGProj) && p.head_dim != 256 && v != 3 && v != 4 && v != 6;
+  return p.numerics == int(Numerics::kGProj) && v != 3 && v != 4 && v != 6;
 }
 
 // Whether the Hopper backward (backward_passes = 8) sums dQ in p.dq_accum.

@@ -38,18 +38,24 @@
 #include "../backward/bwd_common.cuh"
 #include "../common/sm90.cuh"
 #include "../common/tile.cuh"
+#include "../prepost/dk_project.cuh"
 
 namespace gproj {
 namespace sm90 {
 
-template <typename T_, int kHeadDim_, bool kGProj_>
+template <typename T_, int kHeadDim_, bool kGProj_, int kDkParts_ = 1>
 struct BwdKvSplitTraits {
   using T = T_;
   using Element = typename CuteElement<T_>::type;
   static constexpr bool kGProj = kGProj_;
   static_assert(!kGProj || std::is_same<T_, bf16>::value, "the Hopper gproj backward is bf16 only");
-  // A = dS~ - lambda P~ in rounded parts (gproj: hi + lo; fa3: A = dS~, one)
+  // A = dS~ - lambda P~ in rounded parts (gproj: hi + lo; fa3: A = dS~, one). dQ takes both;
+  // dK takes hi alone and is projected afterwards (kDkParts = 1: dk_project.cuh, as at d = 64
+  // and 128), or both (2; GPROJ_BWD_VARIANT=6).
   static constexpr int kAParts = kGProj ? 2 : 1;
+  static constexpr int kDkGemms = kGProj ? kDkParts_ : 1;
+  static_assert(kDkParts_ == 1 || kDkParts_ == 2, "dK from one or two parts of A");
+  static constexpr bool kProjectsDk = kGProj && kDkParts_ == 1;
   static constexpr int kHeadDim = kHeadDim_, kHalf = kHeadDim_ / 2;
   static constexpr int kBlockM = 64, kBlockN = 64, kStages = 2;
   // P~ and A's parts double buffered (fa3), or single (gproj: three tiles do not fit twice), with
@@ -106,6 +112,7 @@ struct BwdKvSplitTraits {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutP>, 1024> a_lo;  // A's second part
     alignas(16) float row_lo[2][kBlockM];  // lambda lo
     double colsum[2][kBlockN];             // per warpgroup, Σ_i A_ij of a head (the exchange)
+    float row_sq[2][kBlockN];              // per warpgroup, ||dK_j||^2 of its half (the same)
   };
   struct SharedStorage {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;  // K' where centered
@@ -433,8 +440,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       if constexpr (kGProj) wg_gemm<false>(mma_dq, tDQrAlo(_, _, _, tbuf), tDQrKt, tdQrdQ);
       wg_gemm<false>(mma_kv, tKVrP(_, _, _, tbuf), tKVrDOt(_, _, _, rd.index()), tdVrdV);
       wg_gemm<false>(mma_kv, tKVrAhi(_, _, _, tbuf), tKVrQt(_, _, _, rd.index()), tdKrdK);
-      if constexpr (kGProj) wg_gemm<false>(mma_kv, tKVrAlo(_, _, _, tbuf), tKVrQt(_, _, _, rd.index()), tdKrdK);
-      warpgroup_wait<Traits::kAParts + 1>();  // dQ done (dV and dK's parts may still run)
+      if constexpr (Traits::kDkGemms == 2)
+        wg_gemm<false>(mma_kv, tKVrAlo(_, _, _, tbuf), tKVrQt(_, _, _, rd.index()), tdKrdK);
+      warpgroup_wait<Traits::kDkGemms + 1>();  // dQ done (dV and dK may still run)
       // dq_accum += A K (unscaled): this warpgroup's 64 x 128 half in accumulator order
       // (tile.cuh, dq_accum_offset), a float4 per lane and step, consecutive lanes contiguous.
       {
@@ -486,23 +494,92 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   float* gDKacc = p.dk_accum ? reinterpret_cast<float*>(p.dk_accum) + b * p.dk_stride[0] +
                                    k_row0 * p.dk_stride[1] + hk * p.dk_stride[2]
                              : nullptr;
+  // One part of A in dK (kProjectsDk): dK leaves in fp32 only (p.dk_unprojected), with its key
+  // sums below; dk_project.cuh projects it and rounds it once.
+  float* gDKf = Traits::kProjectsDk ? reinterpret_cast<float*>(p.dk_unprojected) + b * p.dk_stride[0] +
+                                          k_row0 * p.dk_stride[1] + hk * p.dk_stride[2]
+                                    : gDKacc;
   CUTLASS_PRAGMA_UNROLL
   for (int i = 0; i < size(tdKrdK); i += 2) {
     const int j = get<0>(tdKcdK(i)), col = get<1>(tdKcdK(i));
     if (n0 + j >= n_end) continue;
     const float k0 = p.softmax_scale * tdKrdK(i), k1 = p.softmax_scale * tdKrdK(i + 1);
-    *reinterpret_cast<uint32_t*>(gDK + int64_t(j) * p.dk_stride[1] + col) = pack2<T>(k0, k1);
+    if constexpr (!Traits::kProjectsDk)
+      *reinterpret_cast<uint32_t*>(gDK + int64_t(j) * p.dk_stride[1] + col) = pack2<T>(k0, k1);
     *reinterpret_cast<uint32_t*>(gDV + int64_t(j) * p.dv_stride[1] + col) =
         pack2<T>(tdVrdV(i), tdVrdV(i + 1));
-    if (gDKacc)
-      *reinterpret_cast<float2*>(gDKacc + int64_t(j) * p.dk_stride[1] + col) = make_float2(k0, k1);
+    if (gDKf)
+      *reinterpret_cast<float2*>(gDKf + int64_t(j) * p.dk_stride[1] + col) = make_float2(k0, k1);
+  }
+  if constexpr (Traits::kProjectsDk) {
+    // The block's 64 keys are one p.dk_keysum slot (kKeysumSlot): Σ_j dK_j per column (each
+    // warpgroup its half) and Σ_j ||dK_j|| (rows whole: the halves' squared norms exchanged
+    // through shared memory), fp64, in a fixed order, from exactly the fp32 values written above.
+    static_assert(kKeysumSlot == kBlockN, "one key-sum slot per block");
+    Tensor dk_rc = make_tensor(tdKrdK.data(), acc_rowcol(tdKrdK.layout()));
+    Tensor dkc_rc = make_tensor(tdKcdK.data(), acc_rowcol(tdKcdK.layout()));
+    constexpr int kCols = decltype(size<1>(dk_rc))::value;
+    double colsum_dk[kCols];
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < kCols; ++j) colsum_dk[j] = 0.0;
+    CUTLASS_PRAGMA_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      const bool ok = n0 + get<0>(dkc_rc(r, 0)) < n_end;
+      float sq = 0.f;
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kCols; ++j) {
+        const float x = ok ? p.softmax_scale * dk_rc(r, j) : 0.f;
+        sq = fmaf(x, x, sq);
+        colsum_dk[j] += double(x);
+      }
+      sq = quad_sum(sq);
+      if ((tid & 3) == 0) ss.gp.row_sq[w][get<0>(dkc_rc(r, 0))] = sq;
+    }
+    consumers_sync();  // (also: both warpgroups are past their last GEMM, so the Q ring is free)
+    double norms = 0.0;
+    if (w == 0 && (tid & 3) == 0) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int r = 0; r < kRows; ++r) {
+        const int row = get<0>(dkc_rc(r, 0));
+        norms += double(sqrtf(ss.gp.row_sq[0][row] + ss.gp.row_sq[1][row]));
+      }
+    }
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < kCols; ++j)
+      CUTLASS_PRAGMA_UNROLL
+      for (int m = 4; m < 32; m <<= 1) colsum_dk[j] += __shfl_xor_sync(0xffffffffu, colsum_dk[j], m);
+    CUTLASS_PRAGMA_UNROLL
+    for (int m = 1; m < 32; m <<= 1) norms += __shfl_xor_sync(0xffffffffu, norms, m);
+    // per-warp partials staged in the Q ring, then summed over the four warps in order
+    constexpr int kRow = Traits::kHalf + 1;
+    double* part = reinterpret_cast<double*>(ss.q.data()) + w * 4 * kRow;
+    const int wtid = tid & 127, warp = wtid / 32, lane = tid & 31;
+    if (lane < 4) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kCols; ++j)
+        part[warp * kRow + get<1>(dkc_rc(0, j)) - w * Traits::kHalf] = colsum_dk[j];
+      if (lane == 0) part[warp * kRow + Traits::kHalf] = norms;
+    }
+    wg_sync(w);
+    double* out = reinterpret_cast<double*>(p.dk_keysum) +
+                  ((int64_t(b) * p.heads_k + hk) * dk_keysum_slots(p) + n_block) * (kHeadDim + 1);
+    for (int t = wtid; t < kRow; t += 128) {
+      double acc = 0.0;
+      CUTLASS_PRAGMA_UNROLL
+      for (int k = 0; k < 4; ++k) acc += part[k * kRow + t];
+      if (t < Traits::kHalf) {
+        out[w * Traits::kHalf + t] = acc;
+      } else if (w == 0) {
+        out[kHeadDim] = acc;  // Σ_j ||dK_j|| (warpgroup 0 took every row's norm)
+      }
+    }
   }
 #endif
 }
 
-template <typename T, int kHeadDim, bool kGProj>
+template <typename T, int kHeadDim, bool kGProj, int kDkParts = 1>
 void run_bwd_kv_split(const AttnParams& p, int total_q, int total_k) {
-  using Traits = BwdKvSplitTraits<T, kHeadDim, kGProj>;
+  using Traits = BwdKvSplitTraits<T, kHeadDim, kGProj, kDkParts>;
   const bool varlen = p.cu_seqlens_q != 0;
   BwdKvSplitParams<Traits> prm;
   set_tma_extents(prm, p, total_q, total_k);

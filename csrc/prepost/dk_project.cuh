@@ -16,7 +16,7 @@
 // failed the per-key bar (a key with a tiny gradient received the whole mean; NOTES.md session 7).
 //
 // The KV-outer pass's epilogue writes the fp32 dK (p.dk_unprojected) and, per kKeysumSlot keys
-// (one consumer warpgroup's), Σ_j dK_j (head dim values) and Σ_j ||dK_j|| in fp64
+// (one consumer warpgroup's; at d = 256 one block's), Σ_j dK_j (head dim values) and Σ_j ||dK_j|| in fp64
 // (p.dk_keysum); dk_keysum_total_kernel sums them in order; dk_project_kernel projects and rounds
 // once into p.dk (and, where the caller asked for it, writes the projected fp32 dK into
 // p.dk_accum: the value the SPEC's bar is measured on). One read of the fp32 dK and one bf16
@@ -86,8 +86,10 @@ __global__ void __launch_bounds__(512) dk_keysum_total_kernel(const AttnParams p
 // its loads otherwise).
 template <typename T, int D>
 __global__ void __launch_bounds__(32 * kProjectWarps) dk_project_kernel(const AttnParams p) {
-  constexpr int kLanes = D / 4, kGroups = 32 * kProjectWarps / kLanes;  // lane groups per block
-  static_assert(D == 64 || D == 128, "head dim 64 or 128");
+  // kVec float4s per lane (two at D = 256, so that a row's lane group stays inside one warp)
+  constexpr int kVec = D <= 128 ? 1 : D / 128;
+  constexpr int kLanes = D / (4 * kVec), kGroups = 32 * kProjectWarps / kLanes;  // lane groups per block
+  static_assert(D == 64 || D == 128 || D == 256, "head dim 64, 128 or 256");
   const int chunk = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
   const SeqBounds seq(p, b);
   if (chunk * kProjectRows >= seq.nk) return;  // uniform for the block
@@ -101,20 +103,26 @@ __global__ void __launch_bounds__(32 * kProjectWarps) dk_project_kernel(const At
   const float* in = reinterpret_cast<const float*>(p.dk_unprojected) + off;
   float* acc = p.dk_accum ? reinterpret_cast<float*>(p.dk_accum) + off : nullptr;  // may be `in`
   T* dk = reinterpret_cast<T*>(p.dk) + off;
-  const int group = threadIdx.x / kLanes, col = 4 * (threadIdx.x % kLanes);
+  const int group = threadIdx.x / kLanes, col0 = 4 * kVec * (threadIdx.x % kLanes);
   const int j_end = min((chunk + 1) * kProjectRows, seq.nk);
   for (int j0 = chunk * kProjectRows + group; j0 < j_end; j0 += kGroups * kProjectUnroll) {
-    float4 x[kProjectUnroll];
+    float4 x[kProjectUnroll][kVec];
     float ss[kProjectUnroll];
 #pragma unroll
     for (int u = 0; u < kProjectUnroll; ++u) {
       const int j = j0 + u * kGroups;
-      x[u] = j < j_end ? *reinterpret_cast<const float4*>(in + int64_t(j) * p.dk_stride[1] + col)
-                       : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+      for (int v = 0; v < kVec; ++v)
+        x[u][v] = j < j_end ? *reinterpret_cast<const float4*>(in + int64_t(j) * p.dk_stride[1] + col0 + 4 * v)
+                            : make_float4(0.f, 0.f, 0.f, 0.f);
     }
 #pragma unroll
     for (int u = 0; u < kProjectUnroll; ++u) {
-      ss[u] = fmaf(x[u].w, x[u].w, fmaf(x[u].z, x[u].z, fmaf(x[u].y, x[u].y, x[u].x * x[u].x)));
+      ss[u] = 0.f;
+#pragma unroll
+      for (int v = 0; v < kVec; ++v)
+        ss[u] = fmaf(x[u][v].w, x[u][v].w, fmaf(x[u][v].z, x[u][v].z,
+                fmaf(x[u][v].y, x[u][v].y, fmaf(x[u][v].x, x[u][v].x, ss[u]))));
       // the row's squared norm across its lane group (xor stays inside an aligned group)
 #pragma unroll
       for (int m = kLanes / 2; m > 0; m >>= 1) ss[u] += __shfl_xor_sync(0xffffffffu, ss[u], m);
@@ -124,13 +132,17 @@ __global__ void __launch_bounds__(32 * kProjectWarps) dk_project_kernel(const At
       const int j = j0 + u * kGroups;
       if (j >= j_end) continue;
       const double w = double(sqrtf(ss[u])) * inv_norms;
-      const float y0 = float(double(x[u].x) - w * total[col]);
-      const float y1 = float(double(x[u].y) - w * total[col + 1]);
-      const float y2 = float(double(x[u].z) - w * total[col + 2]);
-      const float y3 = float(double(x[u].w) - w * total[col + 3]);
-      const int64_t row = int64_t(j) * p.dk_stride[1] + col;
-      *reinterpret_cast<uint2*>(dk + row) = make_uint2(pack2<T>(y0, y1), pack2<T>(y2, y3));
-      if (acc) *reinterpret_cast<float4*>(acc + row) = make_float4(y0, y1, y2, y3);
+#pragma unroll
+      for (int v = 0; v < kVec; ++v) {
+        const int col = col0 + 4 * v;
+        const float y0 = float(double(x[u][v].x) - w * total[col]);
+        const float y1 = float(double(x[u][v].y) - w * total[col + 1]);
+        const float y2 = float(double(x[u][v].z) - w * total[col + 2]);
+        const float y3 = float(double(x[u][v].w) - w * total[col + 3]);
+        const int64_t row = int64_t(j) * p.dk_stride[1] + col;
+        *reinterpret_cast<uint2*>(dk + row) = make_uint2(pack2<T>(y0, y1), pack2<T>(y2, y3));
+        if (acc) *reinterpret_cast<float4*>(acc + row) = make_float4(y0, y1, y2, y3);
+      }
     }
   }
 }

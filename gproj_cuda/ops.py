@@ -257,11 +257,10 @@ def backward_cuda(dout, q, k, v, out, stats, cu_q, cu_k, max_q, max_k, scale, wl
         if _reduce_adds_dq(numerics, q.shape[-1]):
             rows = q.shape[0] if varlen else q.shape[0] * q.shape[1]
             tiles = (rows + 64 * p.batch + 63) // 64
-            # (fa3 mode: zero-filled by the delta pre-pass, which reads the same rows; gproj
-            # variant 4 computes delta in its λ pre-pass, so it gets zeros here)
+            # (zero-filled by the pre-pass that reads the same rows first: the delta kernel in
+            # fa3 mode, the λ pre-pass in gproj mode)
             n_acc = p.heads * tiles * 64 * p.head_dim
-            dq_accum = (torch.zeros(n_acc, dtype=torch.float32, device=q.device)
-                        if numerics == "gproj" else _new((n_acc,), torch.float32, q.device))
+            dq_accum = _new((n_acc,), torch.float32, q.device)
             p.dq_accum = dq_accum.data_ptr()
         if numerics == "gproj":
             p.k_centered, p.kc_stride = k_centered.data_ptr(), _strides3(k_centered, varlen)

@@ -227,7 +227,7 @@ int run_backward(const AttnParams& p, char* err, size_t err_len) {
         require_ptr(p.dk_keysum, "dk_keysum (fp64, batch x heads_k x ceil(seqlen_k / 64) x (head_dim + 1))");
         if (p.dk_unprojected % 16) fail("dk_unprojected must be 16-byte aligned");
       }
-      if (hopper_bwd_uses_dq_accum(p)) require_ptr(p.dq_accum, "dq_accum (fp32, heads x dq_accum_tiles x 64 x head_dim: csrc/common/tile.cuh; zero-filled by the caller in gproj mode, by the delta pre-pass in fa3 mode)");
+      if (hopper_bwd_uses_dq_accum(p)) require_ptr(p.dq_accum, "dq_accum (fp32, heads x dq_accum_tiles x 64 x head_dim: csrc/common/tile.cuh; zero-filled by the λ pre-pass in gproj mode, by the delta pre-pass in fa3 mode)");
     }  // (out, dq, dk, dv and their strides: checked below as for passes 1 and 2)
     if (p.backward_passes == 4) {  // experimental: writes rowstate only (bwd_lambda_sm90.cuh)
       if (p.numerics != int(Numerics::kGProj)) fail("backward_passes 4 (λ pre-pass) needs gproj numerics");

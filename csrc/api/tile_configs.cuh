@@ -58,7 +58,11 @@ void hopper_backward(const AttnParams& p) {
     // there (A in two parts for dQ; bwd_kv_split_sm90.cuh), dQ rounded from dq_accum. dK from
     // A's high part, then projected; variants 3, 4 and 6 (hopper_bwd_projects_dk: false): from
     // both parts.
-    sm90::run_lambda_prepass<T, D, false>(p, p.total_q, p.total_k);
+    if (bwd_variant() == 7) {  // 64-key tiles in one stage (A/B)
+      sm90::run_lambda_prepass<T, D, false, 64, 1>(p, p.total_q, p.total_k);
+    } else {
+      sm90::run_lambda_prepass<T, D, false>(p, p.total_q, p.total_k);
+    }
     if (hopper_bwd_projects_dk(p)) {
       sm90::run_bwd_kv_split<T, D, true, 1>(p, p.total_q, p.total_k);
       launch_dk_project<T, D>(p);

@@ -316,7 +316,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     cute::cp_async_wait<0>();
     consumers_sync();
     ss.barrier_kv.wait(0);
-    PipelineState rd, rd_prev;
+    PipelineState rd;
     for (int it = 0; it < n_items; ++it) {
       const int h = item_head(it), mb = item_tile(it);
       const int i0 = mb * kBlockM;
@@ -330,8 +330,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       wg_gemm<true>(mma_sdp, tSrK, tSrQ(_, _, _, rd.index()), tSrS);
       wg_gemm<true>(mma_sdp, tSrV, tSrDO(_, _, _, rd.index()), tSrDP);
       fetch_rows(it + 1);  // into the other buffer, last read in tile it - 1 (before its barrier)
-      warpgroup_wait<0>();  // S, dP, and the previous tile's dK: its stage is free now
-      if (it > 0) pipe_q.consumer_release(rd_prev);
+      warpgroup_wait<0>();
       // P^T from the saved softmax state (gproj: exp2(fma(s - m, c, -log2 l)), the exact-max P;
       // fa3: FA3's exp2(fma(s, c, -lse2))), masked entries zeroed on tiles the mask cuts;
       // dS^T = P^T (dP^T - delta) in place, both fp32.
@@ -456,14 +455,12 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
           red_add_f32x4(g + dq_accum_offset(w, kHeadDim, i, lane128),
                         make_float4(tdQrdQ(i), tdQrdQ(i + 1), tdQrdQ(i + 2), tdQrdQ(i + 3)));
       }
-      // (dV and dK are waited for with the next tile's S and dP, so the tensor cores go from
-      // this tile's GEMMs to the next one's without a gap)
-      rd_prev = rd;
+      warpgroup_wait<0>();  // dV, dK done: the stage is free
+      pipe_q.consumer_release(rd);
       ++rd;
 
       if constexpr (kGProj) {
         if (it % tiles_per_head == tiles_per_head - 1) {
-          warpgroup_wait<0>();  // this tile's dK
           // The head's last tile: dK += c_q (x) colsum(A), with colsum over all 64 queries of
           // every tile: this warpgroup's half plus the other's, exchanged through shared memory
           // (the two warpgroups' threads at the same position hold the same key rows).
@@ -488,7 +485,6 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         }
       }
     }
-    warpgroup_wait<0>();  // the last dK and dV
   }
 
   // ---------------- epilogue: dK = alpha dK, dV (this warpgroup's half), rows past the end dropped

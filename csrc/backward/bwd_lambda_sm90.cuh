@@ -186,6 +186,22 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   const int tid = threadIdx.x - 128;
   const float c = p.softmax_scale * 1.4426950408889634f;
 
+  if constexpr (!Traits::kDq) {
+    // Where the KV-outer pass adds dQ into p.dq_accum (gproj at d = 256; variant 4), this block's
+    // 64-row tiles of it are zero-filled here, while the first TMA loads are in flight, instead
+    // of by a memset pass before (30 us at d = 256, 16k tokens x 2048: NOTES.md session 10).
+    // (Not by the producer's idle warps: at their 24 registers the loop spilled.)
+    if (p.dq_accum) {
+      for (int t = 0; t < kBlockM / 64; ++t) {
+        const int mb64 = m_block * (kBlockM / 64) + t;
+        if (mb64 * 64 >= seq.nq) break;
+        float4* acc = reinterpret_cast<float4*>(reinterpret_cast<float*>(p.dq_accum) +
+            (int64_t(h) * dq_accum_tiles(p) + dq_tile_base(p, b, seq.q_start) + mb64) * (64 * kHeadDim));
+        for (int i = tid; i < 64 * kHeadDim / 4; i += Traits::kNumMmaThreads)
+          acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+    }
+  }
   // delta and the saved softmax state of the tile's rows, into shared memory (2 threads per row;
   // rows past the end get the state of a row that sees no key).
   {

@@ -58,8 +58,8 @@ void hopper_backward(const AttnParams& p) {
     // there (A in two parts for dQ; bwd_kv_split_sm90.cuh), dQ rounded from dq_accum. dK from
     // A's high part, then projected; variants 3, 4 and 6 (hopper_bwd_projects_dk: false): from
     // both parts.
-    if (bwd_variant() == 7) {  // 64-key tiles in one stage (A/B)
-      sm90::run_lambda_prepass<T, D, false, 64, 1>(p, p.total_q, p.total_k);
+    if (bwd_variant() == 7) {  // 32-key tiles in two stages (A/B; the default until session 10)
+      sm90::run_lambda_prepass<T, D, false, 32, 2>(p, p.total_q, p.total_k);
     } else {
       sm90::run_lambda_prepass<T, D, false>(p, p.total_q, p.total_k);
     }

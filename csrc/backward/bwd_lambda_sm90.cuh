@@ -452,7 +452,10 @@ template <> struct LambdaTiles<64, false> { static constexpr int kBlockN = 128, 
 template <> struct LambdaTiles<64, true> { static constexpr int kBlockN = 96, kStages = 3; };
 template <> struct LambdaTiles<128, false> { static constexpr int kBlockN = 128, kStages = 2; };
 template <> struct LambdaTiles<128, true> { static constexpr int kBlockN = 64, kStages = 3; };
-template <bool kDq> struct LambdaTiles<256, kDq> { static constexpr int kBlockN = 32, kStages = 2; };  // 192 KB of smem
+// d = 256 (λ only): 64-key tiles in one stage, 192 KB of smem, measured 2-3% faster over the whole
+// gproj backward than 32-key tiles in two stages (GPROJ_BWD_VARIANT=7; NOTES.md session 10): the
+// S and dP GEMMs are m64n64 instead of m64n32, whose shared-memory reads per flop are higher.
+template <bool kDq> struct LambdaTiles<256, kDq> { static constexpr int kBlockN = 64, kStages = 1; };
 
 // kDq: the λ pre-pass alone (rowstate) or, in the full backward, λ and dQ (rowstate and p.dq).
 // kBlockNOverride > 0: key tiles of that width instead, in kStagesOverride stages (A/B variants).

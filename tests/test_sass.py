@@ -1,7 +1,7 @@
 """The machine code of the built extension (issue 9): every Hopper kernel issues warpgroup GEMMs
 (HGMMA) and loads by TMA, and no default Hopper kernel touches local memory (no register spills).
-(The mma.sync kernels, the sm_80 design that also runs the d = 256 and fp16-gproj backward on
-Hopper, are outside this: some spill 4-48 bytes, listed in bench/results/sass.md.) Reads the SASS with
+(The mma.sync kernels, the sm_80 design that also runs the fp16-gproj and deterministic backward
+on Hopper, are outside this: some spill 4-48 bytes, listed in bench/results/sass.md.) Reads the SASS with
 cuobjdump + nvdisasm (scripts/sass_check.py); CI installs them from the nvidia-cuda-cuobjdump
 and nvidia-cuda-nvdisasm wheels. Needs no GPU."""
 import glob

@@ -23,9 +23,9 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1)
             for A/B comparisons).
         deterministic: True guarantees bitwise-identical gradients across runs (every gradient
             element summed by one block in a fixed order). gproj's Hopper backward (sm_90,
-            d=64/128, bf16) is so by construction and stays on; in fa3 mode the Hopper backward
-            adds dQ tiles with asynchronous fp32 reduce-adds in varying order (dQ may differ in
-            the last bits between runs), so True takes the mma.sync passes there.
+            d=64/128, bf16) is so by construction and stays on; in fa3 mode and at d=256 the
+            Hopper backward adds dQ tiles with asynchronous fp32 reduce-adds in varying order (dQ
+            may differ in the last bits between runs), so True takes the mma.sync passes there.
         return_lse: also return the natural-log LSE, (batch, heads, seqlen_q) fp32.
     Returns:
         out (like q), or (out, lse).

@@ -486,7 +486,7 @@ def emulate_backward(do, q, k, v, out, stats, *, numerics="gproj", causal=False,
     In the input dtype, or in fp32 with ``fp32_grads=True`` (the values before the final store,
     which is where the SPEC's Σ_j dK_j bar is measured). ``a_parts`` (gproj): A = dS~ - λP~
     enters the dK GEMM as 3 rounded parts (the mma.sync passes), 2 (GPROJ_BWD_VARIANT=6) or 1
-    followed by ``project_key_sum`` (the Hopper backward, the default on sm_90 at d=64/128, bf16);
+    followed by ``project_key_sum`` (the Hopper backward, the default on sm_90, bf16);
     the kernels' fp32 summation orders are not modelled.
     """
     if numerics not in NUMERICS:

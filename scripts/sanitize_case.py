@@ -73,7 +73,7 @@ if torch.cuda.get_device_capability()[0] >= 9:
                 torch.cuda.synchronize()
                 assert torch.isfinite(rowstate[..., :3]).all(), "λ pre-pass left rows unwritten"
 
-# The Hopper backward (d=64/128, and 256 in fa3 mode; GPROJ_HOPPER_BWD=1) in both numerics modes and every variant
+# The Hopper backward (d=64/128, then 256; GPROJ_HOPPER_BWD=1) in both numerics modes and every variant
 # (GPROJ_BWD_VARIANT, csrc/api/variants.h), GQA, causal, odd lengths; one kv head and one query
 # head carry an offset, so the lazy centering reads K' / Q' there and K / Q elsewhere.
 if torch.cuda.get_device_capability()[0] == 9:

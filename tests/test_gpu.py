@@ -164,13 +164,14 @@ def test_deterministic_bitwise():
         assert torch.equal(x, y)
 
 
-@pytest.mark.parametrize("numerics,variant", [("gproj", "4"), ("fa3", "0")])
-def test_deterministic_true_keeps_the_atomic_backward_off(numerics, variant, monkeypatch):
-    """The Hopper backwards that sum dQ by fp32 reduce-adds (fa3 mode, gproj's variant 4) and
-    deterministic=True: the deterministic passes run, bitwise equal across runs and to the passes
-    without the switch."""
+@pytest.mark.parametrize("numerics,variant,d", [("gproj", "4", 128), ("fa3", "0", 128),
+                                               ("gproj", "0", 256)])
+def test_deterministic_true_keeps_the_atomic_backward_off(numerics, variant, d, monkeypatch):
+    """The Hopper backwards that sum dQ by fp32 reduce-adds (fa3 mode, gproj's variant 4, gproj
+    at d=256) and deterministic=True: the deterministic passes run, bitwise equal across runs and
+    to the passes without the switch."""
     g = torch.Generator(device=DEV).manual_seed(10)
-    q, k, v, do = (rand(2, 1000, 4, 128, g=g).requires_grad_() for _ in range(4))
+    q, k, v, do = (rand(2, 1000, 4, d, g=g).requires_grad_() for _ in range(4))
     monkeypatch.setenv("GPROJ_BWD_VARIANT", variant)
     def grads():
         o = gproj_cuda.attention(q, k, v, causal=True, numerics=numerics, deterministic=True)
@@ -506,6 +507,22 @@ def test_hopper_lambda_prepass_matches_dq_pass(dtype, d, causal):
     assert off.float().mean() <= 0.01, f"{int(off.sum())} of {off.numel()} rows differ"
 
 
+def check_hopper_backward(q, k, v, do, numerics, causal, window, monkeypatch):
+    """The Hopper backward (GPROJ_HOPPER_BWD=1) against the float64 reference (within 1.5x the
+    emulator's error) and the mma.sync passes (same math, other summation order); gproj also
+    keeps Σ_j dK_j at zero."""
+    monkeypatch.setenv("GPROJ_HOPPER_BWD", "0")
+    base = run_kernels(q, k, v, do, numerics=numerics, causal=causal, window=window)
+    monkeypatch.setenv("GPROJ_HOPPER_BWD", "1")
+    got = run_kernels(q, k, v, do, numerics=numerics, causal=causal, window=window)
+    check_close_to_emulator(q, k, v, do, got, numerics=numerics, causal=causal, window=window)
+    if numerics == "gproj":
+        assert sum_dk_rel(got[5]) <= 1e-5, f"sum_j dK_j {sum_dk_rel(got[5]):.2e}"
+    for name, i in (("dq", 2), ("dk", 5), ("dv", 4)):
+        diff = (got[i].double() - base[i].double()).norm() / base[i].double().norm().clamp_min(1e-30)
+        assert diff < 1e-2, f"{name}: Hopper vs mma.sync relative difference {diff:.2e}"
+
+
 @pytest.mark.parametrize("numerics,dtype", [("fa3", torch.bfloat16), ("fa3", torch.float16),
                                             ("gproj", torch.bfloat16)],
                          ids=["fa3-bf16", "fa3-fp16", "gproj-bf16"])
@@ -527,16 +544,7 @@ def test_hopper_kv_backward(numerics, dtype, causal, window, shape, variant, d, 
     g = torch.Generator(device=DEV).manual_seed(nq + nk + int(causal))
     q, do = rand(b, nq, h, d, dtype=dtype, g=g), rand(b, nq, h, d, dtype=dtype, g=g)
     k, v = rand(b, nk, hk, d, dtype=dtype, g=g), rand(b, nk, hk, d, dtype=dtype, g=g)
-    monkeypatch.setenv("GPROJ_HOPPER_BWD", "0")
-    base = run_kernels(q, k, v, do, numerics=numerics, causal=causal, window=window)
-    monkeypatch.setenv("GPROJ_HOPPER_BWD", "1")
-    got = run_kernels(q, k, v, do, numerics=numerics, causal=causal, window=window)
-    check_close_to_emulator(q, k, v, do, got, numerics=numerics, causal=causal, window=window)
-    if numerics == "gproj":
-        assert sum_dk_rel(got[5]) <= 1e-5, f"sum_j dK_j {sum_dk_rel(got[5]):.2e}"
-    for name, i in (("dq", 2), ("dk", 5), ("dv", 4)):  # same math, other summation order
-        diff = (got[i].double() - base[i].double()).norm() / base[i].double().norm().clamp_min(1e-30)
-        assert diff < 1e-2, f"{name}: Hopper vs mma.sync relative difference {diff:.2e}"
+    check_hopper_backward(q, k, v, do, numerics, causal, window, monkeypatch)
 
 
 @pytest.mark.parametrize("numerics,dtype", [("fa3", torch.bfloat16), ("fa3", torch.float16),
@@ -559,16 +567,7 @@ def test_hopper_backward_hd256(numerics, dtype, causal, window, shape, monkeypat
     k, v = rand(b, nk, hk, 256, dtype=dtype, g=g), rand(b, nk, hk, 256, dtype=dtype, g=g)
     k[:, :, 0] += 6   # one kv head with a key offset: K' differs from K there
     assert ops._hopper_backward(q, numerics, None)
-    monkeypatch.setenv("GPROJ_HOPPER_BWD", "0")
-    base = run_kernels(q, k, v, do, numerics=numerics, causal=causal, window=window)
-    monkeypatch.setenv("GPROJ_HOPPER_BWD", "1")
-    got = run_kernels(q, k, v, do, numerics=numerics, causal=causal, window=window)
-    check_close_to_emulator(q, k, v, do, got, numerics=numerics, causal=causal, window=window)
-    if numerics == "gproj":
-        assert sum_dk_rel(got[5]) <= 1e-5, f"sum_j dK_j {sum_dk_rel(got[5]):.2e}"
-    for name, i in (("dq", 2), ("dk", 5), ("dv", 4)):  # same math, other summation order
-        diff = (got[i].double() - base[i].double()).norm() / base[i].double().norm().clamp_min(1e-30)
-        assert diff < 1e-2, f"{name}: Hopper vs mma.sync relative difference {diff:.2e}"
+    check_hopper_backward(q, k, v, do, numerics, causal, window, monkeypatch)
 
 
 @pytest.mark.parametrize("d", [64, 128])

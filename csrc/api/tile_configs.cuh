@@ -190,8 +190,8 @@ void backward_impl(const AttnParams& p) {
     sm90::run_lambda_prepass<T, D>(p, p.total_q, p.total_k);
     return;
   }
-  if (p.backward_passes == 8) {  // the Hopper backward (d = 64, 128; 256 in fa3 mode;
-    hopper_backward<T, D>(p);     // run_backward validates)
+  if (p.backward_passes == 8) {  // the Hopper backward (run_backward validates)
+    hopper_backward<T, D>(p);
     return;
   }
   if (p.numerics == int(Numerics::kGProj)) {

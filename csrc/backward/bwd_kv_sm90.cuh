@@ -1,8 +1,8 @@
 // The Hopper (sm_90a) KV-outer backward pass: TMA + WGMMA, warp-specialized (issue 7).
-// The default backward where it covers the call: head dims 64 and 128, fa3 numerics (bf16, fp16)
-// and gproj (bf16); backward_passes = 8 in the C API, GPROJ_HOPPER_BWD=0 (and deterministic=True
-// in fa3 mode) in Python take the mma.sync passes instead (as does everything this does not
-// cover).
+// The default backward where it covers the call: head dims 64 and 128 (d = 256:
+// bwd_kv_split_sm90.cuh), fa3 numerics (bf16, fp16) and gproj (bf16); backward_passes = 8 in the
+// C API, GPROJ_HOPPER_BWD=0 (and deterministic=True in fa3 mode) in Python take the mma.sync
+// passes instead (as does everything this does not cover).
 //
 // One block = 128 keys of one (sequence, kv head). K and V stay in shared memory; the block walks
 // every query head of its GQA group and every 64-row query tile (gproj at d = 64: 96 rows) that
@@ -37,6 +37,7 @@
 #include "../backward/bwd_common.cuh"
 #include "../common/sm90.cuh"
 #include "../common/tile.cuh"
+#include "bwd_kv_common_sm90.cuh"
 #include "../prepost/dk_project.cuh"
 
 namespace gproj {
@@ -253,36 +254,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   if (wg == 0) {
     // ---------------- producer: K, V once; Q, dO (Q') per query tile ----------------
     cutlass::arch::warpgroup_reg_dealloc<24>();
-    if (threadIdx.x == 0 && n_items > 0) {
-      auto tile_q = Shape<Int<kBlockM>, Int<kHeadDim>>{};
-      auto tile_k = Shape<Int<kBlockN>, Int<kHeadDim>>{};
-      auto const& tma_k = reads_centered_keys(p, b, hk) ? prm.tma_kc : prm.tma_k;
-      Tensor mK = tma_rows(tma_k, prm.rows_k, kHeadDim, p.heads_k, prm.batch_q, seq.k_start, hk, bq);
-      Tensor mV = tma_rows(prm.tma_v, prm.rows_k, kHeadDim, p.heads_k, prm.batch_q, seq.k_start, hk, bq);
-      auto [tKg, tKs] = tma_partition(tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
-                                      group_modes<0, 2>(local_tile(mK, tile_k, make_coord(n_block, _0{}))));
-      auto [tVg, tVs] = tma_partition(prm.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV),
-                                      group_modes<0, 2>(local_tile(mV, tile_k, make_coord(n_block, _0{}))));
-      ss.barrier_kv.arrive_and_expect_tx(2 * kBlockN * kHeadDim * int(sizeof(Element)));
-      copy(tma_k.with(reinterpret_cast<uint64_t&>(ss.barrier_kv), 0), tKg, tKs);
-      copy(prm.tma_v.with(reinterpret_cast<uint64_t&>(ss.barrier_kv), 0), tVg, tVs);
-      PipelineState wr = cutlass::make_producer_start_state<Pipeline>();
-      for (int it = 0; it < n_items; ++it) {
-        const int h = item_head(it), mb = item_tile(it);
-        auto load = [&](auto const& tma, auto& smem) {
-          Tensor m = tma_rows(tma, prm.rows_q, kHeadDim, p.heads, prm.batch_q, seq.q_start, h, bq);
-          auto [tg, ts] = tma_partition(tma, _0{}, Layout<_1>{}, group_modes<0, 2>(smem),
-                                        group_modes<0, 2>(local_tile(m, tile_q, make_coord(_, _0{}))));
-          copy(tma.with(*pipe_q.producer_get_barrier(wr), 0), tg(_, mb), ts(_, wr.index()));
-        };
-        pipe_q.producer_acquire(wr);
-        load(prm.tma_q, sQ);
-        load(prm.tma_do, sDO);
-        // Q' where centered; elsewhere Q' = Q, loaded twice (the consumers' dK GEMM reads sQc)
-        if constexpr (kGProj) load(reads_centered_queries(p, b, h) ? prm.tma_qc : prm.tma_q, sQc);
-        ++wr;
-      }
-    }
+    if (threadIdx.x == 0 && n_items > 0)
+      produce_kv_pass_tiles<kGProj, kBlockM, kBlockN, kHeadDim>(prm, p, seq, b, bq, hk, n_block, n_items,
+                                                           item_head, item_tile, sK, sV, sQ, sDO,
+                                                           sQc, ss.barrier_kv, pipe_q);
     return;
   }
 
@@ -615,29 +590,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   }
 
   // ---------------- epilogue: dK = alpha dK, dV, rows past the end dropped ----------------
-  const int64_t k_row0 = seq.k_start + n0;
-  T* gDK = reinterpret_cast<T*>(p.dk) + b * p.dk_stride[0] + k_row0 * p.dk_stride[1] + hk * p.dk_stride[2];
-  T* gDV = reinterpret_cast<T*>(p.dv) + b * p.dv_stride[0] + k_row0 * p.dv_stride[1] + hk * p.dv_stride[2];
-  float* gDKacc = p.dk_accum ? reinterpret_cast<float*>(p.dk_accum) + b * p.dk_stride[0] +
-                                   k_row0 * p.dk_stride[1] + hk * p.dk_stride[2]
-                             : nullptr;
-  // One part of A (kProjectsDk): dK leaves in fp32 only (p.dk_unprojected), with its key sums
-  // below; dk_project.cuh projects it and rounds it once.
-  float* gDKf = Traits::kProjectsDk ? reinterpret_cast<float*>(p.dk_unprojected) + b * p.dk_stride[0] +
-                                          k_row0 * p.dk_stride[1] + hk * p.dk_stride[2]
-                                    : gDKacc;
-  CUTLASS_PRAGMA_UNROLL
-  for (int i = 0; i < size(tdKrdK); i += 2) {
-    const int j = get<0>(tdKcdK(i)), col = get<1>(tdKcdK(i));
-    if (n0 + j >= n_end) continue;
-    const float k0 = p.softmax_scale * tdKrdK(i), k1 = p.softmax_scale * tdKrdK(i + 1);
-    if constexpr (!Traits::kProjectsDk)
-      *reinterpret_cast<uint32_t*>(gDK + int64_t(j) * p.dk_stride[1] + col) = pack2<T>(k0, k1);
-    *reinterpret_cast<uint32_t*>(gDV + int64_t(j) * p.dv_stride[1] + col) =
-        pack2<T>(tdVrdV(i), tdVrdV(i + 1));
-    if (gDKf)
-      *reinterpret_cast<float2*>(gDKf + int64_t(j) * p.dk_stride[1] + col) = make_float2(k0, k1);
-  }
+  // (one part of A in dK, kProjectsDk: dK leaves in fp32 only, with its key sums below;
+  // dk_project.cuh projects it and rounds it once)
+  store_dk_dv<T, Traits::kProjectsDk>(p, seq, b, hk, n0, n_end, tdKrdK, tdVrdV, tdKcdK);
   if constexpr (Traits::kProjectsDk) {
     // This warpgroup's Σ_j dK_j (per column) and Σ_j ||dK_j|| over its 64 keys, in fp64 and a fixed
     // order (a lane's two keys, the eight lanes that share its columns, the four warps in order),

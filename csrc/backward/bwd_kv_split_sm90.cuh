@@ -38,6 +38,7 @@
 #include "../backward/bwd_common.cuh"
 #include "../common/sm90.cuh"
 #include "../common/tile.cuh"
+#include "bwd_kv_common_sm90.cuh"
 #include "../prepost/dk_project.cuh"
 
 namespace gproj {
@@ -212,34 +213,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   if (wg == 0) {
     // ---------------- producer: K, V once; Q, dO per query tile ----------------
     cutlass::arch::warpgroup_reg_dealloc<24>();
-    if (threadIdx.x == 0 && n_items > 0) {
-      auto tile_q = Shape<Int<kBlockM>, Int<kHeadDim>>{};
-      auto tile_k = Shape<Int<kBlockN>, Int<kHeadDim>>{};
-      auto const& tma_k = reads_centered_keys(p, b, hk) ? prm.tma_kc : prm.tma_k;
-      Tensor mK = tma_rows(tma_k, prm.rows_k, kHeadDim, p.heads_k, prm.batch_q, seq.k_start, hk, bq);
-      Tensor mV = tma_rows(prm.tma_v, prm.rows_k, kHeadDim, p.heads_k, prm.batch_q, seq.k_start, hk, bq);
-      auto [tKg, tKs] = tma_partition(tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
-                                      group_modes<0, 2>(local_tile(mK, tile_k, make_coord(n_block, _0{}))));
-      auto [tVg, tVs] = tma_partition(prm.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV),
-                                      group_modes<0, 2>(local_tile(mV, tile_k, make_coord(n_block, _0{}))));
-      ss.barrier_kv.arrive_and_expect_tx(2 * kBlockN * kHeadDim * int(sizeof(Element)));
-      copy(tma_k.with(reinterpret_cast<uint64_t&>(ss.barrier_kv), 0), tKg, tKs);
-      copy(prm.tma_v.with(reinterpret_cast<uint64_t&>(ss.barrier_kv), 0), tVg, tVs);
-      PipelineState wr = cutlass::make_producer_start_state<Pipeline>();
-      for (int it = 0; it < n_items; ++it) {
-        const int h = item_head(it), mb = item_tile(it);
-        auto load = [&](auto const& tma, auto& smem) {
-          Tensor m = tma_rows(tma, prm.rows_q, kHeadDim, p.heads, prm.batch_q, seq.q_start, h, bq);
-          auto [tg, ts] = tma_partition(tma, _0{}, Layout<_1>{}, group_modes<0, 2>(smem),
-                                        group_modes<0, 2>(local_tile(m, tile_q, make_coord(_, _0{}))));
-          copy(tma.with(*pipe_q.producer_get_barrier(wr), 0), tg(_, mb), ts(_, wr.index()));
-        };
-        pipe_q.producer_acquire(wr);
-        load(prm.tma_q, sQ);
-        load(prm.tma_do, sDO);
-        ++wr;
-      }
-    }
+    if (threadIdx.x == 0 && n_items > 0)
+      produce_kv_pass_tiles<false, kBlockM, kBlockN, kHeadDim>(prm, p, seq, b, bq, hk, n_block, n_items,
+                                                           item_head, item_tile, sK, sV, sQ, sDO,
+                                                           sQ, ss.barrier_kv, pipe_q);
     return;
   }
 
@@ -488,29 +465,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   }
 
   // ---------------- epilogue: dK = alpha dK, dV (this warpgroup's half), rows past the end dropped
-  const int64_t k_row0 = seq.k_start + n0;
-  T* gDK = reinterpret_cast<T*>(p.dk) + b * p.dk_stride[0] + k_row0 * p.dk_stride[1] + hk * p.dk_stride[2];
-  T* gDV = reinterpret_cast<T*>(p.dv) + b * p.dv_stride[0] + k_row0 * p.dv_stride[1] + hk * p.dv_stride[2];
-  float* gDKacc = p.dk_accum ? reinterpret_cast<float*>(p.dk_accum) + b * p.dk_stride[0] +
-                                   k_row0 * p.dk_stride[1] + hk * p.dk_stride[2]
-                             : nullptr;
-  // One part of A in dK (kProjectsDk): dK leaves in fp32 only (p.dk_unprojected), with its key
-  // sums below; dk_project.cuh projects it and rounds it once.
-  float* gDKf = Traits::kProjectsDk ? reinterpret_cast<float*>(p.dk_unprojected) + b * p.dk_stride[0] +
-                                          k_row0 * p.dk_stride[1] + hk * p.dk_stride[2]
-                                    : gDKacc;
-  CUTLASS_PRAGMA_UNROLL
-  for (int i = 0; i < size(tdKrdK); i += 2) {
-    const int j = get<0>(tdKcdK(i)), col = get<1>(tdKcdK(i));
-    if (n0 + j >= n_end) continue;
-    const float k0 = p.softmax_scale * tdKrdK(i), k1 = p.softmax_scale * tdKrdK(i + 1);
-    if constexpr (!Traits::kProjectsDk)
-      *reinterpret_cast<uint32_t*>(gDK + int64_t(j) * p.dk_stride[1] + col) = pack2<T>(k0, k1);
-    *reinterpret_cast<uint32_t*>(gDV + int64_t(j) * p.dv_stride[1] + col) =
-        pack2<T>(tdVrdV(i), tdVrdV(i + 1));
-    if (gDKf)
-      *reinterpret_cast<float2*>(gDKf + int64_t(j) * p.dk_stride[1] + col) = make_float2(k0, k1);
-  }
+  // (one part of A in dK, kProjectsDk: dK leaves in fp32 only, with its key sums below;
+  // dk_project.cuh projects it and rounds it once)
+  store_dk_dv<T, Traits::kProjectsDk>(p, seq, b, hk, n0, n_end, tdKrdK, tdVrdV, tdKcdK);
   if constexpr (Traits::kProjectsDk) {
     // The block's 64 keys are one p.dk_keysum slot (kKeysumSlot): Σ_j dK_j per column (each
     // warpgroup its half) and Σ_j ||dK_j|| (rows whole: the halves' squared norms exchanged

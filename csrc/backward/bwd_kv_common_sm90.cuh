@@ -1,0 +1,85 @@
+// What the two Hopper KV-outer backward passes share (bwd_kv_sm90.cuh: each consumer warpgroup
+// owns its own 64 keys; bwd_kv_split_sm90.cuh: d = 256, the head dim split between them): the
+// producer thread's TMA loads and the dK / dV stores of the epilogue.
+#pragma once
+
+#include "../common/sm90.cuh"
+#include "../common/tile.cuh"
+
+namespace gproj {
+namespace sm90 {
+
+// The producer thread: K and V of key tile n_block once (on barrier_kv; K' where the keys are
+// centered), then for each of the block's n_items (query head, query tile) items, Q and dO into
+// the next stage of pipe_q, and with kLoadQc (the gproj pass of bwd_kv_sm90.cuh) the centered
+// queries Q' as well: Q' where centered, elsewhere Q' = Q, loaded twice (the consumers' dK GEMM
+// reads sQc). `prm` has the pass's TMA loads and extents (tma_qc only with kLoadQc).
+template <bool kLoadQc, int kBlockM, int kBlockN, int kHeadDim, class Prm, class ItemHead,
+          class ItemTile, class TK, class TQ, class Pipeline>
+__device__ __forceinline__ void produce_kv_pass_tiles(
+    Prm const& prm, const AttnParams& p, const SeqBounds& seq, int b, int bq, int hk, int n_block,
+    int n_items, ItemHead item_head, ItemTile item_tile, TK& sK, TK& sV, TQ& sQ, TQ& sDO, TQ& sQc,
+    cutlass::arch::ClusterTransactionBarrier& barrier_kv, Pipeline& pipe_q) {
+  using Element = typename TK::value_type;
+  auto tile_q = Shape<Int<kBlockM>, Int<kHeadDim>>{};
+  auto tile_k = Shape<Int<kBlockN>, Int<kHeadDim>>{};
+  auto const& tma_k = reads_centered_keys(p, b, hk) ? prm.tma_kc : prm.tma_k;
+  Tensor mK = tma_rows(tma_k, prm.rows_k, kHeadDim, p.heads_k, prm.batch_q, seq.k_start, hk, bq);
+  Tensor mV = tma_rows(prm.tma_v, prm.rows_k, kHeadDim, p.heads_k, prm.batch_q, seq.k_start, hk, bq);
+  auto [tKg, tKs] = tma_partition(tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
+                                  group_modes<0, 2>(local_tile(mK, tile_k, make_coord(n_block, _0{}))));
+  auto [tVg, tVs] = tma_partition(prm.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV),
+                                  group_modes<0, 2>(local_tile(mV, tile_k, make_coord(n_block, _0{}))));
+  barrier_kv.arrive_and_expect_tx(2 * kBlockN * kHeadDim * int(sizeof(Element)));
+  copy(tma_k.with(reinterpret_cast<uint64_t&>(barrier_kv), 0), tKg, tKs);
+  copy(prm.tma_v.with(reinterpret_cast<uint64_t&>(barrier_kv), 0), tVg, tVs);
+  auto wr = cutlass::make_producer_start_state<Pipeline>();
+  for (int it = 0; it < n_items; ++it) {
+    const int h = item_head(it), mb = item_tile(it);
+    auto load = [&](auto const& tma, auto& smem) {
+      Tensor m = tma_rows(tma, prm.rows_q, kHeadDim, p.heads, prm.batch_q, seq.q_start, h, bq);
+      auto [tg, ts] = tma_partition(tma, _0{}, Layout<_1>{}, group_modes<0, 2>(smem),
+                                    group_modes<0, 2>(local_tile(m, tile_q, make_coord(_, _0{}))));
+      copy(tma.with(*pipe_q.producer_get_barrier(wr), 0), tg(_, mb), ts(_, wr.index()));
+    };
+    pipe_q.producer_acquire(wr);
+    load(prm.tma_q, sQ);
+    load(prm.tma_do, sDO);
+    if constexpr (kLoadQc) load(reads_centered_queries(p, b, h) ? prm.tma_qc : prm.tma_q, sQc);
+    ++wr;
+  }
+}
+
+// The epilogue's stores of this thread's dK and dV accumulator values (coordinates tdKcdK: key
+// row j of the block's keys n0.., head dim column), rows past the end dropped: dV rounded, dK
+// scaled by alpha and rounded, unless kFp32DkOnly (A in one part: dK leaves in fp32 only, in
+// p.dk_unprojected, for dk_project.cuh); fp32 dK also into p.dk_accum where the caller asked.
+template <typename T, bool kFp32DkOnly, class Acc, class Coords>
+__device__ __forceinline__ void store_dk_dv(const AttnParams& p, const SeqBounds& seq, int b,
+                                            int hk, int n0, int n_end, Acc const& tdKrdK,
+                                            Acc const& tdVrdV, Coords const& tdKcdK) {
+  const int64_t k_row0 = seq.k_start + n0;
+  T* gDK = reinterpret_cast<T*>(p.dk) + b * p.dk_stride[0] + k_row0 * p.dk_stride[1] + hk * p.dk_stride[2];
+  T* gDV = reinterpret_cast<T*>(p.dv) + b * p.dv_stride[0] + k_row0 * p.dv_stride[1] + hk * p.dv_stride[2];
+  float* gDKacc = p.dk_accum ? reinterpret_cast<float*>(p.dk_accum) + b * p.dk_stride[0] +
+                                   k_row0 * p.dk_stride[1] + hk * p.dk_stride[2]
+                             : nullptr;
+  float* gDKf = kFp32DkOnly ? reinterpret_cast<float*>(p.dk_unprojected) + b * p.dk_stride[0] +
+                                  k_row0 * p.dk_stride[1] + hk * p.dk_stride[2]
+                            : gDKacc;
+  CUTLASS_PRAGMA_UNROLL
+  for (int i = 0; i < size(tdKrdK); i += 2) {
+    const int j = get<0>(tdKcdK(i)), col = get<1>(tdKcdK(i));
+    if (n0 + j >= n_end) continue;
+    const float k0 = p.softmax_scale * tdKrdK(i), k1 = p.softmax_scale * tdKrdK(i + 1);
+    if constexpr (!kFp32DkOnly)
+      *reinterpret_cast<uint32_t*>(gDK + int64_t(j) * p.dk_stride[1] + col) = pack2<T>(k0, k1);
+    *reinterpret_cast<uint32_t*>(gDV + int64_t(j) * p.dv_stride[1] + col) =
+        pack2<T>(tdVrdV(i), tdVrdV(i + 1));
+    if (gDKf)
+      *reinterpret_cast<float2*>(gDKf + int64_t(j) * p.dk_stride[1] + col) = make_float2(k0, k1);
+  }
+}
+
+}  // namespace sm90
+}  // namespace gproj

@@ -20,19 +20,20 @@
 //                                              one GEMM per part, plus c_q (x) colsum(A) per head)
 //
 // fa3: 5 GEMM-equivalents per (query tile, key tile), as FlashAttention-3; dK and dV are final.
-// gproj (GPROJ's "2a" form of bwd_kv_sm90.cuh's variant 4, which meets every SPEC section 5
-// bar): lambda = r / s comes from the λ pre-pass (bwd_lambda_sm90.cuh, S and dP: 2 GEMM-
-// equivalents), then here S, dP, dV, dK (2 parts), dQ (2 parts): 7, so 9 in all. A is formed in
-// fp32 from the rounded dS~ and P~ the pre-pass summed, so each row of A sums to zero to fp32
-// rounding, and hi + lo carry it to ~16 bits (the dK and dQ GEMMs see that, not a re-rounded
-// one-part dS~ - lambda P~, whose rows would not sum to zero: SPEC section 3). dQ as (hi + lo) K'
-// instead of dS~ K' - lambda (P~ K') needs one accumulator instead of two (64 registers, which
-// is what d = 256 has left) and the same number of GEMMs.
-// Shared memory: K, V 64 KB; fa3: two stages of Q and dO 128 KB, P~ and dS~ double buffered
-// 32 KB (226 of the 227 KB a block may have); gproj: one stage of Q, dO, Q' 96 KB, P~ and the two
-// parts of A double buffered 48 KB. So the dQ tile goes to global memory by vector reductions
-// from registers (no staging buffer for a bulk reduce-add, as bwd_kv_sm90.cuh has); their order
-// varies: not bitwise reproducible (deterministic=True takes the mma.sync passes).
+// gproj (as the d = 64 / 128 default: 8 GEMM-equivalents in all): lambda = r / s comes from the
+// λ pre-pass (bwd_lambda_sm90.cuh, S and dP: 2), then here S, dP, dV, dK (A's high part, then the
+// zero-sum projection of dk_project.cuh; GPROJ_BWD_VARIANT 3, 4, 6: both parts), dQ (2 parts):
+// 6. A is formed in fp32 from the rounded dS~ and P~ the pre-pass summed, so each row of A sums
+// to zero to fp32 rounding, and hi + lo carry it to ~16 bits (the dQ GEMMs see that, not a
+// re-rounded one-part dS~ - lambda P~, whose rows would not sum to zero: SPEC section 3). dQ as
+// (hi + lo) K' instead of dS~ K' - lambda (P~ K') needs one accumulator instead of two (64
+// registers, which is what d = 256 has left) and the same number of GEMMs; on the SPEC grid it
+// meets every bar (bench/NOTES.md session 10).
+// Shared memory: K, V 64 KB and two stages of Q and dO 128 KB; fa3: P~ and dS~ double buffered
+// 32 KB (226 of the 227 KB a block may have); gproj: P~ and A's two parts single buffered 24 KB
+// (Q' is made in place from the stage's Q). So the dQ tile goes to global memory by vector
+// reductions from registers (no staging buffer for a bulk reduce-add, as bwd_kv_sm90.cuh has);
+// their order varies: not bitwise reproducible (deterministic=True takes the mma.sync passes).
 #pragma once
 
 #include "../backward/bwd_common.cuh"

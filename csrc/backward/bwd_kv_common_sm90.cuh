@@ -1,6 +1,7 @@
 // What the two Hopper KV-outer backward passes share (bwd_kv_sm90.cuh: each consumer warpgroup
 // owns its own 64 keys; bwd_kv_split_sm90.cuh: d = 256, the head dim split between them): the
-// producer thread's TMA loads and the dK / dV stores of the epilogue.
+// block's work list, the host's TMA set-up, the producer thread's TMA loads, the rounding of
+// accumulators into 16-bit operands, and the dK / dV stores of the epilogue.
 #pragma once
 
 #include "../common/sm90.cuh"
@@ -8,6 +9,59 @@
 
 namespace gproj {
 namespace sm90 {
+
+// The work of a KV-outer block: every (query head of kv head hk's group, query tile of bm rows)
+// pair whose queries see some of the keys [n0, n_end), head-major (a head's tiles in order), as
+// items 0 .. n_items - 1.
+struct KeyBlockWork {
+  int hk, group, mb_min, tiles_per_head, n_items;
+  __device__ __forceinline__ KeyBlockWork(const Mask& mask, int n0, int n_end, int bm, int hk_,
+                                          int group_)
+      : hk(hk_), group(group_) {
+    int mb_max;
+    mask.query_blocks(n0, n_end, bm, mb_min, mb_max);
+    tiles_per_head = mb_max - mb_min;
+    n_items = tiles_per_head * group;
+  }
+  __device__ __forceinline__ int head(int it) const { return hk * group + it / tiles_per_head; }
+  __device__ __forceinline__ int tile(int it) const { return mb_min + it % tiles_per_head; }
+};
+
+// Host: the extents and TMA loads of a KV-outer pass (Q and dO tiles of Traits::kBlockM rows
+// into SmemLayoutQ, K, K' and V tiles of kBlockN rows into SmemLayoutK). Returns the maker of
+// Q-like loads, for a pass that reads one more query tensor (gproj's Q').
+template <class Traits, class Prm>
+auto set_kv_pass_tmas(Prm& prm, const AttnParams& p, int total_q, int total_k) {
+  constexpr int kHeadDim = Traits::kHeadDim;
+  using E = typename Traits::Element;
+  const bool varlen = p.cu_seqlens_q != 0;
+  set_tma_extents(prm, p, total_q, total_k);
+  auto tma_q = [varlen, rows = prm.rows_q, batch = prm.batch_q, heads = p.heads](
+                   uint64_t ptr, const int64_t (&st)[3]) {
+    return make_tma_copy(SM90_TMA_LOAD{}, tma_gmem<E>(ptr, rows, kHeadDim, heads, batch, st, varlen),
+                         take<0, 2>(typename Traits::SmemLayoutQ{}),
+                         Shape<Int<Traits::kBlockM>, Int<kHeadDim>>{}, _1{});
+  };
+  auto tma_k = [&](uint64_t ptr, const int64_t (&st)[3]) {
+    return make_tma_copy(SM90_TMA_LOAD{}, tma_gmem<E>(ptr, prm.rows_k, kHeadDim, p.heads_k, prm.batch_q, st, varlen),
+                         typename Traits::SmemLayoutK{}, Shape<Int<Traits::kBlockN>, Int<kHeadDim>>{}, _1{});
+  };
+  prm.tma_q = tma_q(p.q, p.q_stride);
+  prm.tma_do = tma_q(p.dout, p.do_stride);
+  prm.tma_k = tma_k(p.k, p.k_stride);
+  prm.tma_kc = p.k_centered ? tma_k(p.k_centered, p.kc_stride) : prm.tma_k;
+  prm.tma_v = tma_k(p.v, p.v_stride);
+  return tma_q;
+}
+
+// fp32 accumulator -> rounded 16-bit register tensor, two values per conversion instruction
+// (adjacent accumulator values are one lane's column pair).
+template <typename T, class Acc, class Out>
+__device__ __forceinline__ void round_pairs(Acc const& acc, Out& out) {
+  CUTLASS_PRAGMA_UNROLL
+  for (int i = 0; i < size(acc); i += 2)
+    reinterpret_cast<uint32_t*>(out.data())[i / 2] = pack2<T>(acc(i), acc(i + 1));
+}
 
 // The producer thread: K and V of key tile n_block once (on barrier_kv; K' where the keys are
 // centered), then for each of the block's n_items (query head, query tile) items, Q and dO into

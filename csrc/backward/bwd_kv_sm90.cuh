@@ -201,14 +201,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   const int n0 = n_block * kBlockN;
   if (n0 >= seq.nk) return;  // uniform for the block, before any barrier
   const int n_end = min(n0 + kBlockN, seq.nk);
-  const int group = p.heads / p.heads_k;
   const Mask mask(seq.nq, seq.nk, p.window_left, p.window_right, p.diag_shift);
-  int mb_min, mb_max;  // query tiles that see this key tile
-  mask.query_blocks(n0, n_end, kBlockM, mb_min, mb_max);
-  const int tiles_per_head = mb_max - mb_min;
-  const int n_items = tiles_per_head * group;  // (query head, query tile) pairs, head-major
-  auto item_head = [&](int it) { return hk * group + it / tiles_per_head; };
-  auto item_tile = [&](int it) { return mb_min + it % tiles_per_head; };
+  const KeyBlockWork work(mask, n0, n_end, kBlockM, hk, p.heads / p.heads_k);
+  const int tiles_per_head = work.tiles_per_head, n_items = work.n_items;
+  auto item_head = [&](int it) { return work.head(it); };
+  auto item_tile = [&](int it) { return work.tile(it); };
   const float c = p.softmax_scale * 1.4426950408889634f;
 
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -342,13 +339,6 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       wg_sync(w);
     }
   };
-  // fp32 accumulator -> rounded 16-bit register tensor, two values per conversion instruction
-  // (adjacent accumulator values are one lane's column pair).
-  auto to_element = [](auto const& acc, auto& out) {
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < size(acc); i += 2)
-      reinterpret_cast<uint32_t*>(out.data())[i / 2] = pack2<T>(acc(i), acc(i + 1));
-  };
 
   if (n_items > 0) {
     fetch_rows(0);
@@ -422,9 +412,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       }
       Tensor tOrP = make_tensor_like<Element>(tSrS);
       Tensor tOrDS = make_tensor_like<Element>(tSrDP);
-      to_element(tSrS, tOrP);
+      round_pairs<T>(tSrS, tOrP);
       // (kAFromFp32 takes dS in fp32 below: no rounded dS~ needed here)
-      if constexpr (!Traits::kAFromFp32) to_element(tSrDP, tOrDS);
+      if constexpr (!Traits::kAFromFp32) round_pairs<T>(tSrDP, tOrDS);
       const int ds_stage = it % Traits::kDsStages;
       if constexpr (Traits::kDqHere) copy(r2s, r2s_thr.retile_S(tOrDS), tRSsDS(_, _, _, ds_stage));
       if constexpr (kGProj && Traits::kDqHere) copy(r2s, r2s_thr.retile_S(tOrP), tRSsPT(_, _, _, ds_stage));
@@ -659,27 +649,9 @@ template <typename T, int kHeadDim, bool kGProj, int kAParts = 3, bool kDqHere =
           int kMmaWGs = 2, int kBlockM = 64>
 void run_bwd_kv(const AttnParams& p, int total_q, int total_k) {
   using Traits = BwdKvTraits<T, kHeadDim, kGProj, kAParts, kDqHere, kMmaWGs, kBlockM>;
-  const bool varlen = p.cu_seqlens_q != 0;
   BwdKvParams<Traits> prm;
-  set_tma_extents(prm, p, total_q, total_k);
-  using E = typename Traits::Element;
-  auto tile_q = Shape<Int<Traits::kBlockM>, Int<kHeadDim>>{};
-  auto tile_k = Shape<Int<Traits::kBlockN>, Int<kHeadDim>>{};
-  auto q_smem = take<0, 2>(typename Traits::SmemLayoutQ{});
-  auto tma_q = [&](uint64_t ptr, const int64_t (&st)[3]) {
-    return make_tma_copy(SM90_TMA_LOAD{}, tma_gmem<E>(ptr, prm.rows_q, kHeadDim, p.heads, prm.batch_q, st, varlen),
-                         q_smem, tile_q, _1{});
-  };
-  auto tma_k = [&](uint64_t ptr, const int64_t (&st)[3]) {
-    return make_tma_copy(SM90_TMA_LOAD{}, tma_gmem<E>(ptr, prm.rows_k, kHeadDim, p.heads_k, prm.batch_q, st, varlen),
-                         typename Traits::SmemLayoutK{}, tile_k, _1{});
-  };
-  prm.tma_q = tma_q(p.q, p.q_stride);
-  prm.tma_do = tma_q(p.dout, p.do_stride);
+  auto tma_q = set_kv_pass_tmas<Traits>(prm, p, total_q, total_k);
   prm.tma_qc = kGProj ? tma_q(p.q_centered, p.qc_stride) : prm.tma_q;
-  prm.tma_k = tma_k(p.k, p.k_stride);
-  prm.tma_kc = p.k_centered ? tma_k(p.k_centered, p.kc_stride) : prm.tma_k;
-  prm.tma_v = tma_k(p.v, p.v_stride);
   auto kernel = bwd_kv_sm90_kernel<Traits>;
   const int smem = Traits::kSmemBytes;
   const dim3 grid((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, p.heads_k, p.batch);

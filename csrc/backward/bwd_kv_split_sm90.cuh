@@ -166,14 +166,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   const int n0 = n_block * kBlockN;
   if (n0 >= seq.nk) return;  // uniform for the block, before any barrier
   const int n_end = min(n0 + kBlockN, seq.nk);
-  const int group = p.heads / p.heads_k;
   const Mask mask(seq.nq, seq.nk, p.window_left, p.window_right, p.diag_shift);
-  int mb_min, mb_max;  // query tiles that see this key tile
-  mask.query_blocks(n0, n_end, kBlockM, mb_min, mb_max);
-  const int tiles_per_head = mb_max - mb_min;
-  const int n_items = tiles_per_head * group;  // (query head, query tile) pairs, head-major
-  auto item_head = [&](int it) { return hk * group + it / tiles_per_head; };
-  auto item_tile = [&](int it) { return mb_min + it % tiles_per_head; };
+  const KeyBlockWork work(mask, n0, n_end, kBlockM, hk, p.heads / p.heads_k);
+  const int tiles_per_head = work.tiles_per_head, n_items = work.n_items;
+  auto item_head = [&](int it) { return work.head(it); };
+  auto item_tile = [&](int it) { return work.tile(it); };
   const float c = p.softmax_scale * 1.4426950408889634f;
 
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -283,11 +280,6 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     }
     cute::cp_async_fence();
   };
-  auto to_element = [](auto const& acc, auto& out) {
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < size(acc); i += 2)
-      reinterpret_cast<uint32_t*>(out.data())[i / 2] = pack2<T>(acc(i), acc(i + 1));
-  };
 
   if (n_items > 0) {
     fetch_rows(0);
@@ -348,8 +340,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       Tensor tOrP = make_tensor_like<Element>(tSrS);
       Tensor tOrAhi = make_tensor_like<Element>(tSrDP);
       Tensor tOrAlo = make_tensor_like<Element>(tSrDP);  // (gproj only: no registers in fa3)
-      to_element(tSrS, tOrP);
-      to_element(tSrDP, tOrAhi);
+      round_pairs<T>(tSrS, tOrP);
+      round_pairs<T>(tSrDP, tOrAhi);
       if constexpr (kGProj) {
         const float* row_lo = ss.gp.row_lo[buf];
         Tensor p_rc = make_tensor(tOrP.data(), acc_rowcol(tSrS.layout()));
@@ -538,26 +530,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 template <typename T, int kHeadDim, bool kGProj, int kDkParts = 1>
 void run_bwd_kv_split(const AttnParams& p, int total_q, int total_k) {
   using Traits = BwdKvSplitTraits<T, kHeadDim, kGProj, kDkParts>;
-  const bool varlen = p.cu_seqlens_q != 0;
   BwdKvSplitParams<Traits> prm;
-  set_tma_extents(prm, p, total_q, total_k);
-  using E = typename Traits::Element;
-  auto tile_q = Shape<Int<Traits::kBlockM>, Int<kHeadDim>>{};
-  auto tile_k = Shape<Int<Traits::kBlockN>, Int<kHeadDim>>{};
-  auto q_smem = take<0, 2>(typename Traits::SmemLayoutQ{});
-  auto tma_q = [&](uint64_t ptr, const int64_t (&st)[3]) {
-    return make_tma_copy(SM90_TMA_LOAD{}, tma_gmem<E>(ptr, prm.rows_q, kHeadDim, p.heads, prm.batch_q, st, varlen),
-                         q_smem, tile_q, _1{});
-  };
-  auto tma_k = [&](uint64_t ptr, const int64_t (&st)[3]) {
-    return make_tma_copy(SM90_TMA_LOAD{}, tma_gmem<E>(ptr, prm.rows_k, kHeadDim, p.heads_k, prm.batch_q, st, varlen),
-                         typename Traits::SmemLayoutK{}, tile_k, _1{});
-  };
-  prm.tma_q = tma_q(p.q, p.q_stride);
-  prm.tma_do = tma_q(p.dout, p.do_stride);
-  prm.tma_k = tma_k(p.k, p.k_stride);
-  prm.tma_kc = p.k_centered ? tma_k(p.k_centered, p.kc_stride) : prm.tma_k;
-  prm.tma_v = tma_k(p.v, p.v_stride);
+  set_kv_pass_tmas<Traits>(prm, p, total_q, total_k);
   auto kernel = bwd_kv_split_sm90_kernel<Traits>;
   const dim3 grid((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, p.heads_k, p.batch);
   if (grid.x == 0) return;

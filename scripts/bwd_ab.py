@@ -8,7 +8,8 @@ other here, and take ratios to cuDNN from speed.py.
 Usage: python scripts/bwd_ab.py VARIANTS [d,N[,causal] ...]   e.g.  0,4  128,2048 64,16384,causal
 AB_ENV=NAME makes VARIANTS values of that switch instead (e.g. AB_ENV=GPROJ_CAUSAL_ASCENDING 0,1).
 AB_LIB=PATH adds "fa3 lib" and "gproj lib": the same backward through another build of the
-extension (e.g. the previous commit's .so), with its own forward's softmax state."""
+extension (e.g. the previous commit's .so), with its own forward's softmax state.
+AB_FA3_VARIANTS=0,9 runs fa3 mode with those GPROJ_BWD_VARIANT values (default: 0 only)."""
 import os
 import sys
 
@@ -19,7 +20,7 @@ from _timing import Case, interleaved, with_library
 from gproj_cuda.ops import backward_cuda, forward_cuda
 
 
-def candidates(c, variants, lib=None):
+def candidates(c, variants, lib=None, fa3_variants=("0",)):
     n, s, wr = c.n, c.scale, c.window_right
     q, k, v = c.q, c.k, c.v
     do = torch.randn_like(q)
@@ -36,12 +37,12 @@ def candidates(c, variants, lib=None):
     cands = [("cudnn", None, cudnn_bwd)]
     for m in ("fa3", "gproj"):
         out, _, st = forward_cuda(q, k, v, None, None, n, n, s, -1, wr, m)
-        for var in (["0"] if m == "fa3" else variants):
+        for var in (fa3_variants if m == "fa3" else variants):
             cands.append((f"{m} v{var}", var, lambda m=m, out=out, st=st: backward_cuda(
                 do, q, k, v, out, st, None, None, n, n, s, -1, wr, m, hopper=True)))
         if lib:
             out_l, _, st_l = lib(forward_cuda)(q, k, v, None, None, n, n, s, -1, wr, m)
-            cands.append((f"{m} lib", variants[0], lib(lambda m=m, out=out_l, st=st_l: backward_cuda(
+            cands.append((f"{m} lib", (fa3_variants if m == "fa3" else variants)[0], lib(lambda m=m, out=out_l, st=st_l: backward_cuda(
                 do, q, k, v, out, st, None, None, n, n, s, -1, wr, m, hopper=True))))
     return cands
 
@@ -52,13 +53,15 @@ def main():
                               "128,16384,causal"]
     reps = int(os.environ.get("AB_REPS", "15"))
     lib = with_library(os.environ["AB_LIB"]) if os.environ.get("AB_LIB") else None
-    names = (["fa3 v0"] + (["fa3 lib"] if lib else []) + [f"gproj v{v}" for v in variants]
+    fa3_variants = os.environ.get("AB_FA3_VARIANTS", "0").split(",")
+    names = ([f"fa3 v{v}" for v in fa3_variants] + (["fa3 lib"] if lib else [])
+             + [f"gproj v{v}" for v in variants]
              + (["gproj lib"] if lib else []))
     print(f"{'d':>4} {'N':>6} {'causal':>6} | {'cuDNN ms':>8} | " +
           " ".join(f"{x:>15}" for x in names) + "   (time, then cuDNN time / time)")
     for a in shapes:
         c = Case.parse(a)
-        cands = candidates(c, variants, lib)
+        cands = candidates(c, variants, lib, fa3_variants)
         med = interleaved(cands, os.environ.get("AB_ENV", "GPROJ_BWD_VARIANT"), reps)
         base = med["cudnn"]
         print(f"{c.d:4d} {c.n:6d} {str(c.causal):>6} | {base:8.3f} | " +

@@ -30,8 +30,9 @@ for variant in (() if ONLY_HOPPER_BWD else ("0", "1", "2", "3", "4", "5", "6", "
 os.environ["GPROJ_FWD_VARIANT"] = "0"
 cu = torch.tensor([0, 5, 5, 70], dtype=torch.int32, device="cuda")
 q = torch.randn(70, 2, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-o = gproj_cuda.attention_varlen(q, q, q, cu, cu, 65, 65, causal=True)
-o.backward(torch.randn_like(o))
+for numerics in ("gproj", "fa3"):
+    o = gproj_cuda.attention_varlen(q, q, q, cu, cu, 65, 65, causal=True, numerics=numerics)
+    o.backward(torch.randn_like(o))
 if ONLY_FWD:
     torch.cuda.synchronize()
     raise SystemExit(0)

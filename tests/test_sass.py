@@ -1,9 +1,10 @@
 """The machine code of the built extension (issue 9): every Hopper kernel issues warpgroup GEMMs
-(HGMMA) and loads by TMA, and no default Hopper kernel touches local memory (no register spills).
-(The mma.sync kernels, the sm_80 design that also runs the fp16-gproj and deterministic backward
-on Hopper, are outside this: some spill 4-48 bytes, listed in bench/results/sass.md.) Reads the SASS with
-cuobjdump + nvdisasm (scripts/sass_check.py); CI installs them from the nvidia-cuda-cuobjdump
-and nvidia-cuda-nvdisasm wheels. Needs no GPU."""
+(HGMMA) and loads by TMA, and no default Hopper kernel touches local memory (no register spills)
+but the one in KNOWN_SPILLING_DEFAULTS, kept for a measured reason. (The mma.sync kernels, the
+sm_80 design that also runs the fp16-gproj and deterministic backward on Hopper, are outside
+this: some spill 4-48 bytes, listed in bench/results/sass.md.) Reads the SASS with cuobjdump +
+nvdisasm (scripts/sass_check.py); CI installs them from the nvidia-cuda-cuobjdump and
+nvidia-cuda-nvdisasm wheels. Needs no GPU."""
 import glob
 import os
 import sys
@@ -28,6 +29,14 @@ KNOWN_SPILLING_VARIANTS = (
     "BwdKvTraits<{t}, 64, true, 2, false, 3, 64>",
     "BwdKvTraits<{t}, 64, true, 3, false, 3, 64>",
     "LambdaTraits<{t}, 64, 128, 2, true>",
+)
+# One default kernel spills, by choice: the fa3-mode KV-outer pass at d = 64 with 128-row query
+# tiles (FlashAttention-3's 128 x 128 tile there) keeps S^T, dP^T, dK and dV (192 registers) live
+# through the elementwise pass and spills ~50 bytes of loop invariants (thread coordinates,
+# stmatrix addresses; ~12 local loads per tile, L1 hits). Measured 3-10% faster than the 64-row
+# kernel without spills (bench/NOTES.md, session 11), which stays as GPROJ_BWD_VARIANT=9.
+KNOWN_SPILLING_DEFAULTS = (
+    "BwdKvTraits<{t}, 64, false, 3, true, 2, 128>",
 )
 
 
@@ -66,7 +75,8 @@ def test_every_hopper_kernel_issues_hgmma(kernels):
 
 
 def test_default_hopper_kernels_do_not_spill(kernels):
-    allowed = [v.format(t=t) for v in KNOWN_SPILLING_VARIANTS for t in ("bf16", "fp16")]
+    allowed = [v.format(t=t) for v in KNOWN_SPILLING_VARIANTS + KNOWN_SPILLING_DEFAULTS
+               for t in ("bf16", "fp16")]
     spilling = [k for k, c in kernels.items() if "sm90" in k and (c["LDL"] or c["STL"])]
     unexpected = [k for k in spilling if not any(a in k for a in allowed)]
     assert not unexpected, f"kernels with local-memory instructions: {unexpected}"

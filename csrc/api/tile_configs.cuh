@@ -46,6 +46,12 @@ void hopper_backward(const AttnParams& p) {
     launch_delta<T, D>(p);
     if constexpr (D == 256) {  // dK, dV rows too wide for one warpgroup: the head dim split
       sm90::run_bwd_kv_split<T, D, false>(p, p.total_q, p.total_k);
+    } else if constexpr (D == 64) {  // 128 x 128 tiles (FlashAttention-3's at d = 64);
+      if (bwd_variant() == 9) {       // variant 9: 64-row query tiles (the default until session 11)
+        sm90::run_bwd_kv<T, D, false>(p, p.total_q, p.total_k);
+      } else {
+        sm90::run_bwd_kv<T, D, false, 3, true, 2, 128>(p, p.total_q, p.total_k);
+      }
     } else {
       sm90::run_bwd_kv<T, D, false>(p, p.total_q, p.total_k);
     }

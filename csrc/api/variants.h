@@ -36,7 +36,7 @@ inline int causal_ascending() {
   return v != nullptr && v[0] == '1' ? 1 : 0;
 }
 
-// GPROJ_BWD_VARIANT for A/B runs of the gproj Hopper backward (fa3 mode has no variants):
+// GPROJ_BWD_VARIANT for A/B runs of the gproj Hopper backward (fa3 mode: only variant 9):
 //   0 or unset: the λ + dQ Q-outer pass, then the KV-outer pass with A in one rounded part and
 //      dK projected onto Σ_j dK_j = 0 (dk_project.cuh);
 //   3: the same with A in three parts, the mma.sync passes' form (no projection);
@@ -48,7 +48,7 @@ inline int causal_ascending() {
 //   7, 8: the default with 64-key (3 stages; the default until session 8) or 128-key (2 stages)
 //      tiles in the d = 64 Q-outer pass instead of 96 (3 stages);
 //   9: the default with 64-row query tiles in the d = 64 KV-outer pass instead of 96 (the
-//      default until session 8).
+//      default until session 8); in fa3 mode too, instead of 128 (the default until session 11).
 inline int bwd_variant() {
   const char* v = std::getenv("GPROJ_BWD_VARIANT");
   return (v != nullptr && v[0] >= '3' && v[0] <= '9' && v[1] == '\0') ? v[0] - '0' : 0;

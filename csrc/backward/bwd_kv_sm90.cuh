@@ -5,11 +5,11 @@
 // passes instead (as does everything this does not cover).
 //
 // One block = 128 keys of one (sequence, kv head). K and V stay in shared memory; the block walks
-// every query head of its GQA group and every 64-row query tile (gproj at d = 64: 96 rows) that
-// sees its keys, and a producer warpgroup streams Q and dO (gproj: and Q') tiles by TMA through a
-// 2- (gproj: 3-) stage mbarrier ring. Two consumer warpgroups own 64 keys each (GPROJ_BWD_VARIANT
-// 5: three at d = 64, 192-key blocks, 160 registers each). Per query tile (transposed, rows are
-// keys):
+// every query head of its GQA group and every 64-row query tile (at d = 64: 96 rows in gproj, 128
+// in fa3) that sees its keys, and a producer warpgroup streams Q and dO (gproj: and Q') tiles by
+// TMA through a 2- (gproj: 3-) stage mbarrier ring. Two consumer warpgroups own 64 keys each
+// (GPROJ_BWD_VARIANT 5: three at d = 64, 192-key blocks, 160 registers each). Per query tile
+// (transposed, rows are keys):
 //   S^T  = K Q^T, dP^T = V dO^T            WGMMA, both operands in shared memory
 //   P^T from the saved softmax state, dS^T = P^T (dP^T - delta)          registers, fp32
 //   dV  += P~^T dO,  dK += dS~^T Q          WGMMA, A (P~, dS~) straight from registers
@@ -76,10 +76,20 @@ struct BwdKvTraits {
   // With no dS~ / dQ buffers the shared memory holds a third Q / dO / Q' stage (two measured the
   // same, within 2%: NOTES.md session 6).
   // Query tiles of 64 rows; 96 (a multiple of 32: the row-state copy) only without dQ here.
+  // 128 (fa3, d = 64): S^T and dP^T 64 registers each, dK and dV 32, dQ 32.
   static constexpr int kHeadDim = kHeadDim_, kBlockN = 64 * kMmaWGs, kBlockM = kBlockM_,
                        kStages = kDqHere ? 2 : 3;
-  static_assert(kBlockM == 64 || (kBlockM % 32 == 0 && !kDqHere_),
-                "query tiles: 64 rows with dQ here, else a multiple of 32");
+  // With dQ here: 64 rows, or 128 (fa3 at d = 64, FlashAttention-3's 128 x 128 tile there: the
+  // dQ tile is two 64-row tiles of dq_accum, one bulk reduce-add each per warpgroup).
+  static_assert((kDqHere_ ? (kBlockM == 64 || kBlockM == 128) : kBlockM % 32 == 0),
+                "query tiles: 64 or 128 rows with dQ here, else a multiple of 32");
+  static_assert(kBlockM == 64 || !(kDqHere_ && kGProj_), "gproj with dQ here: 64-row tiles");
+  static constexpr int kDqSubTiles = kBlockM / 64;  // dq_accum tiles per query tile (kDqHere)
+  // P computed from S while dP is still on the tensor cores (wait for S only; FlashAttention-3's
+  // order). Measured (session 11, interleaved A/B): 1.3-1.7% faster for fa3 at d = 64; at d = 128
+  // fa3 0 to +1.6%, gproj d = 64 +1.5 to +3% (with the same change in its Q-outer pass), so only
+  // there.
+  static constexpr bool kPUnderDp = kDqHere_ && !kGProj_ && kHeadDim_ == 64;
   static constexpr int kNumMmaThreads = 128 * kMmaWGs, kNumThreads = kNumMmaThreads + 128;
   using HD = Int<kHeadDim>;
   using BM = Int<kBlockM>;
@@ -308,10 +318,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   // cp.async, issued a tile ahead and waited for just before the barrier that publishes them
   // (consumers_sync where the warpgroups meet every tile, else the warpgroup's own), so the load
   // latency hides behind the tile's work and holds no registers. The first warp of each consumer
-  // warpgroup takes 32 of the 64 rows of the shared copy, or all kBlockM of its own. Rows past the
-  // end are zero-filled (finite); the mask pass zeroes their P.
+  // warpgroup takes half of the rows of the shared copy (32 of 64, or 2 x 32 of 128), or all
+  // kBlockM of its own. Rows past the end are zero-filled (finite); the mask pass zeroes their P.
   const int w = wg - 1;  // this consumer warpgroup
-  constexpr int kRowsPerLane = Traits::kRowCopies == 1 ? 1 : kBlockM / 32;
+  constexpr int kRowsPerLane = Traits::kRowCopies == 1 ? kBlockM / 64 : kBlockM / 32;
   const int row_copy = Traits::kRowCopies == 1 ? 0 : w;
   const bool row_lane = (tid & 127) < 32;
   auto fetch_rows = [&](int it) {
@@ -319,7 +329,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       const int h = item_head(it), mb = item_tile(it);
       CUTLASS_PRAGMA_UNROLL
       for (int k = 0; k < kRowsPerLane; ++k) {
-        const int slot = (tid & 31) + 32 * (kRowsPerLane == 1 ? w : k);
+        const int slot = (tid & 31) + (Traits::kRowCopies == 1 ? 32 * w + 64 * k : 32 * k);
         const int i = mb * kBlockM + slot;
         const bool ok = i < seq.nq;
         const int64_t idx = ok ? rowstat_index(p, b, h, seq.q_start + i) : 0;
@@ -366,7 +376,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       wg_gemm<true>(mma_sdp, tSrV, tSrDO(_, _, _, rd.index()), tSrDP);
       if constexpr (!Traits::kDqHere) turn_pass<kWGs>(w);
       fetch_rows(it + 1);  // landed before, and published by, this tile's consumers_sync below
-      warpgroup_wait<0>();  // S, dP, and the previous tile's dK: its Q/dO stage is free now
+      // S, dP, and the previous tile's dK: its Q/dO stage is free now. (kPUnderDp: WGMMA groups
+      // retire in issue order, so waiting for all but the newest leaves dP on the tensor cores
+      // while P is computed.)
+      warpgroup_wait<Traits::kPUnderDp ? 1 : 0>();
       if (it > 0) pipe_q.consumer_release(rd_prev);
 
       // P^T from the saved softmax state, fp32 and unrounded (dS needs it), one branch-free pass;
@@ -399,6 +412,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
           for (int r = 0; r < kRows; ++r)
             if (!mask.visible(i0 + get<1>(c_rc(r, j)), n0 + get<0>(c_rc(r, j)))) s_rc(r, j) = 0.f;
       }
+      // kPUnderDp: dP (after the mask branch: in the P pass's basic block ptxas could hoist this
+      // wait above the exp2s, as it did in the forward)
+      if constexpr (Traits::kPUnderDp) warpgroup_wait<0>();
       // dS^T = P^T (dP^T - delta) in place; then both rounded once to 16 bits: P~ (dV's A
       // operand) and dS~ (dK's A operand and, through shared memory, dQ's).
       CUTLASS_PRAGMA_UNROLL
@@ -527,9 +543,14 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         // per lane, consecutive lanes consecutive 16 bytes: no bank conflicts), and one lane adds
         // it to the tile's slot of dq_accum with one bulk reduce-add (the copy engine does the
         // 16 KB of fp32 adds in L2, asynchronously; per-element atomics stalled the warps,
-        // NOTES.md).
+        // NOTES.md). A 128-row tile is two 64-row tiles of dq_accum: its accumulator holds the
+        // first 64 rows' values, then the next 64's (the MMA_M mode follows the value mode), each
+        // staged and added like a 64-row tile's.
         const int lane128 = tid & 127;
-        float* sdq = ss.dq_tiles.dq.data() + w * (kBlockM * kHeadDim / 2);
+        constexpr int kSub = Traits::kDqSubTiles;
+        constexpr int kSubVals = decltype(size(tdQrdQ))::value / kSub;  // values per 64-row tile
+        constexpr int kHalf = 64 * kHeadDim / 2;  // one warpgroup's half of a 64-row tile
+        float* sdq = ss.dq_tiles.dq.data() + w * (kSub * kHalf);
         if (lane128 == 0) cute::tma_store_wait<0>();  // the previous tile's reduce has read sdq
         wg_sync(w);
         CUTLASS_PRAGMA_UNROLL
@@ -541,17 +562,28 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
                             __fsub_rn(x.z, __fmul_rn(lam_dq[1], tdQrPK(i + 2))),
                             __fsub_rn(x.w, __fmul_rn(lam_dq[1], tdQrPK(i + 3))));
           }
-          *reinterpret_cast<float4*>(sdq + dq_accum_offset(0, kHeadDim, i, lane128)) = x;
+          *reinterpret_cast<float4*>(sdq + (i / kSubVals) * kHalf +
+                                     dq_accum_offset(0, kHeadDim, i % kSubVals, lane128)) = x;
         }
         cutlass::arch::fence_view_async_shared();  // generic writes -> the copy engine's reads
         wg_sync(w);
         if (lane128 == 0) {
-          float* g = reinterpret_cast<float*>(p.dq_accum) +
-                     (int64_t(h) * dq_accum_tiles(p) + dq_tile_base(p, b, seq.q_start) + mb) *
-                         (kBlockM * kHeadDim) + w * (kBlockM * kHeadDim / 2);
-          bulk_reduce_add_f32(g, sdq, kBlockM * kHeadDim / 2 * int(sizeof(float)));
+          CUTLASS_PRAGMA_UNROLL
+          for (int sub = 0; sub < kSub; ++sub) {
+            // (a second 64-row tile past the sequence's last is not the sequence's: its rows are
+            // all zero, dS~ being zero there, and it is skipped)
+            const int tile = mb * kSub + sub;
+            if (sub > 0 && tile * 64 >= seq.nq) break;
+            float* g = reinterpret_cast<float*>(p.dq_accum) +
+                       (int64_t(h) * dq_accum_tiles(p) + dq_tile_base(p, b, seq.q_start) + tile) *
+                           (64 * kHeadDim) + w * kHalf;
+            bulk_reduce_add_f32(g, sdq + sub * kHalf, kHalf * int(sizeof(float)));
+          }
           cute::tma_store_arrive();  // commit the bulk group
         }
+        // 128-row tiles: dK waited for here, under the dQ staging only: dS~'s 32 registers still
+        // live under the next tile's S and dP (64 + 64) spilled 64 bytes.
+        if constexpr (kBlockM == 128) warpgroup_wait<0>();
       }
       rd_prev = rd;
       ++rd;

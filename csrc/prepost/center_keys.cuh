@@ -2,8 +2,10 @@
 // why). Two small memory-bound kernels instead of the eight PyTorch ops (and fp32 temporaries)
 // of the reference implementation:
 //   1. key_range: per (sequence, kv head, coordinate) min and max of K, reduced with integer
-//      atomics on an order-preserving encoding of the floats (the workspace is memset, not
-//      initialized by a kernel);
+//      atomics on an order-preserving encoding of the floats: atomicMax on the encoding for the
+//      max, on its complement for the min, so that one memset to zero initializes both (the
+//      workspace is memset, not initialized by a kernel; two memsets with different values cost
+//      ~5 us each between the kernels);
 //   2. center: c = midpoint rounded to the dtype where every key lies in [c/2, 2c] (Sterbenz:
 //      k - c is then exact), else 0; writes K' = K - c and c. Lazy (k_center_flags set): a
 //      (sequence, kv head) whose shift is 0 in every coordinate gets no K' (it would equal K);
@@ -67,7 +69,7 @@ __global__ void __launch_bounds__(256) key_range_kernel(const AttnParams p, uint
 #pragma unroll 4
     for (int r = 0; r < kRowsInFlight; ++r) l = fminf(l, s_lo[r][d]), h = fmaxf(h, s_hi[r][d]);
     const int64_t slot = (int64_t(b) * p.heads_k + hk) * D + d;
-    atomicMin(lo_enc + slot, enc_order(l));
+    atomicMax(lo_enc + slot, ~enc_order(l));  // min as the max of the complement
     atomicMax(hi_enc + slot, enc_order(h));
   }
 }
@@ -84,7 +86,7 @@ __global__ void __launch_bounds__(256) center_kernel(const AttnParams p, const u
   float c[8];
 #pragma unroll
   for (int e = 0; e < 8; ++e) {
-    const float lo = dec_order(lo_enc[slot + e]), hi = dec_order(hi_enc[slot + e]);
+    const float lo = dec_order(~lo_enc[slot + e]), hi = dec_order(hi_enc[slot + e]);
     const bool pos = lo > 0.f && hi <= 2.f * lo;    // all keys in [c/2, 2c]: k - c exact
     const bool neg = hi < 0.f && lo >= 2.f * hi;
     c[e] = (pos || neg) ? to_float(from_float<T>(0.5f * (lo + hi))) : 0.f;
@@ -129,8 +131,7 @@ void center_keys_impl(const AttnParams& p) {
   uint32_t* hi = lo + int64_t(p.batch) * p.heads_k * D;
   const size_t bytes = size_t(p.batch) * p.heads_k * D * sizeof(uint32_t);
   cudaStream_t stream = reinterpret_cast<cudaStream_t>(p.stream);
-  check_cuda(cudaMemsetAsync(lo, 0xff, bytes, stream), "center keys: memset");
-  check_cuda(cudaMemsetAsync(hi, 0x00, bytes, stream), "center keys: memset");
+  check_cuda(cudaMemsetAsync(lo, 0x00, 2 * bytes, stream), "center keys: memset");  // lo, hi
   const dim3 grid(max(1, (p.seqlen_k + kCenterRows - 1) / kCenterRows), p.heads_k, p.batch);
   key_range_kernel<T, D><<<grid, 256, 0, stream>>>(p, lo, hi);
   check_cuda(cudaGetLastError(), "center keys: range");

@@ -530,13 +530,14 @@ def check_hopper_backward(q, k, v, do, numerics, causal, window, monkeypatch):
                          ids=["full", "causal", "window"])
 @pytest.mark.parametrize("shape", [(2, 257, 300, 4, 2), (1, 1000, 1000, 2, 2), (3, 64, 17, 8, 1)],
                          ids=["gqa", "square", "mqa"])
-@pytest.mark.parametrize("variant", ["0", "3", "4", "5", "6", "7", "8", "9"],
+@pytest.mark.parametrize("variant", ["0", "3", "4", "5", "6", "7", "8", "9", "10"],
                          ids=["default", "three-parts", "dq-in-kv", "kv-3wg", "two-parts",
-                              "qouter-64keys", "qouter-128keys", "kv-64rows"])
+                              "qouter-64keys", "qouter-128keys", "kv-64rows", "kv-96rows"])
 @pytest.mark.parametrize("d", [64, 128])
 def test_hopper_kv_backward(numerics, dtype, causal, window, shape, variant, d, monkeypatch):
     """The Hopper backward (csrc/backward/bwd_kv_sm90.cuh, bwd_lambda_sm90.cuh, d=64/128;
-    GPROJ_BWD_VARIANT 0 and 3-9) against the float64 reference (within 1.5x the emulator's error) and the mma.sync passes."""
+    GPROJ_BWD_VARIANT 0 and 3-10) against the float64 reference (within 1.5x the emulator's error)
+    and the mma.sync passes."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("needs a Hopper GPU")
     monkeypatch.setenv("GPROJ_BWD_VARIANT", variant)

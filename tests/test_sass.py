@@ -30,13 +30,15 @@ KNOWN_SPILLING_VARIANTS = (
     "BwdKvTraits<{t}, 64, true, 3, false, 3, 64>",
     "LambdaTraits<{t}, 64, 128, 2, true>",
 )
-# One default kernel spills, by choice: the fa3-mode KV-outer pass at d = 64 with 128-row query
-# tiles (FlashAttention-3's 128 x 128 tile there) keeps S^T, dP^T, dK and dV (192 registers) live
-# through the elementwise pass and spills ~50 bytes of loop invariants (thread coordinates,
-# stmatrix addresses; ~12 local loads per tile, L1 hits). Measured 3-10% faster than the 64-row
-# kernel without spills (bench/NOTES.md, session 11), which stays as GPROJ_BWD_VARIANT=9.
+# Two default kernels spill, by choice: the KV-outer pass at d = 64 with 128-row query tiles
+# (FlashAttention-3's 128 x 128 tile there) keeps S^T, dP^T, dK and dV (192 registers) live through
+# the elementwise pass and spills loop invariants (thread coordinates, addresses): fa3 mode ~50
+# bytes (~12 local loads per tile, L1 hits), gproj ~20. Measured faster than the same pass with
+# fewer rows and no spill (bench/NOTES.md, session 11): fa3 mode 4-11% against 64 rows
+# (GPROJ_BWD_VARIANT=9), gproj 1.3-5.6% against 96 (GPROJ_BWD_VARIANT=10).
 KNOWN_SPILLING_DEFAULTS = (
     "BwdKvTraits<{t}, 64, false, 3, true, 2, 128>",
+    "BwdKvTraits<{t}, 64, true, 1, false, 2, 128>",
 )
 
 

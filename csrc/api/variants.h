@@ -47,11 +47,16 @@ inline int causal_ascending() {
 //   6: the default with A in two parts (no projection: session 6's default);
 //   7, 8: the default with 64-key (3 stages; the default until session 8) or 128-key (2 stages)
 //      tiles in the d = 64 Q-outer pass instead of 96 (3 stages);
-//   9: the default with 64-row query tiles in the d = 64 KV-outer pass instead of 96 (the
-//      default until session 8); in fa3 mode too, instead of 128 (the default until session 11).
+//   9: the default with 64-row query tiles in the d = 64 KV-outer pass instead of 128 (gproj:
+//      the default until session 8; fa3 mode: until session 11);
+//  10: the default with 96-row query tiles in the d = 64 gproj KV-outer pass instead of 128 (the
+//      default until session 11).
 inline int bwd_variant() {
   const char* v = std::getenv("GPROJ_BWD_VARIANT");
-  return (v != nullptr && v[0] >= '3' && v[0] <= '9' && v[1] == '\0') ? v[0] - '0' : 0;
+  if (v == nullptr) return 0;
+  if (v[0] >= '3' && v[0] <= '9' && v[1] == '\0') return v[0] - '0';
+  if (v[0] == '1' && v[1] == '0' && v[2] == '\0') return 10;
+  return 0;
 }
 
 // Whether the gproj Hopper backward rounds A once and projects dK (needs dk_unprojected, dk_keysum).

@@ -5,11 +5,11 @@
 // passes instead (as does everything this does not cover).
 //
 // One block = 128 keys of one (sequence, kv head). K and V stay in shared memory; the block walks
-// every query head of its GQA group and every 64-row query tile (at d = 64: 96 rows in gproj, 128
-// in fa3) that sees its keys, and a producer warpgroup streams Q and dO (gproj: and Q') tiles by
-// TMA through a 2- (gproj: 3-) stage mbarrier ring. Two consumer warpgroups own 64 keys each
-// (GPROJ_BWD_VARIANT 5: three at d = 64, 192-key blocks, 160 registers each). Per query tile
-// (transposed, rows are keys):
+// every query head of its GQA group and every 64-row query tile (128 rows at d = 64) that sees
+// its keys, and a producer warpgroup streams Q and dO (gproj: and Q') tiles by TMA through a 2-
+// (gproj: 3-) stage mbarrier ring. Two consumer warpgroups own 64 keys each (GPROJ_BWD_VARIANT
+// 5: three at d = 64, 192-key blocks, 160 registers each). Per query tile (transposed, rows are
+// keys):
 //   S^T  = K Q^T, dP^T = V dO^T            WGMMA, both operands in shared memory
 //   P^T from the saved softmax state, dS^T = P^T (dP^T - delta)          registers, fp32
 //   dV  += P~^T dO,  dK += dS~^T Q          WGMMA, A (P~, dS~) straight from registers
@@ -75,8 +75,8 @@ struct BwdKvTraits {
   using Element = typename CuteElement<T_>::type;
   // With no dS~ / dQ buffers the shared memory holds a third Q / dO / Q' stage (two measured the
   // same, within 2%: NOTES.md session 6).
-  // Query tiles of 64 rows; 96 (a multiple of 32: the row-state copy) only without dQ here.
-  // 128 (fa3, d = 64): S^T and dP^T 64 registers each, dK and dV 32, dQ 32.
+  // Query tiles of 64 rows; 128 at d = 64 (S^T and dP^T 64 registers each, dK and dV 32; fa3's
+  // dQ 32); without dQ here any multiple of 32 (the row-state copy), e.g. 96 (variant 10).
   static constexpr int kHeadDim = kHeadDim_, kBlockN = 64 * kMmaWGs, kBlockM = kBlockM_,
                        kStages = kDqHere ? 2 : 3;
   // With dQ here: 64 rows, or 128 (fa3 at d = 64, FlashAttention-3's 128 x 128 tile there: the

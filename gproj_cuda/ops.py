@@ -8,7 +8,10 @@ implementations give shapes to the compiler; autograd connects the two ops.
 Outputs of the forward op: ``out`` (the input's shape, contiguous), ``lse`` (natural log, fp32,
 (B, H, Nq) or varlen (H, Tq)) and ``stats`` (fp32, lse.shape + (2,)): the kernels' softmax state
 ``[raw score max, log2 row sum]`` that the backward needs at full precision (an fp32 LSE alone
-loses an ulp of a large number, which scales a whole row of P).
+loses an ulp of a large number, which scales a whole row of P); and ``k_shift``: in gproj mode on
+CUDA the exact key shift c (K's dtype, (sequences, heads_k, d)) the forward's centering pre-pass
+found, so that the backward writes K' = K - c without reading K for its range again (~25-30 us
+per call at 16k tokens); elsewhere an empty tensor.
 """
 
 from __future__ import annotations
@@ -82,24 +85,39 @@ def _params(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics):
     return p
 
 
-def center_keys_cuda(k, cu_k, max_k, shift_only=False, flags=None):
+def _k_shift_shape(k, cu_k):
+    return ((cu_k.shape[0] - 1) if cu_k is not None else k.shape[0], k.shape[-2], k.shape[-1])
+
+
+def center_keys_cuda(k, cu_k, max_k, shift_only=False, flags=None, shift=None):
     """Exact key centering on the GPU (csrc/prepost/center_keys.cuh): ``(K - c, c)``, bitwise
     equal to ``centering.center_keys`` (the PyTorch reference) in two fused kernels.
 
     ``flags`` (int32, (sequences, heads)): lazy mode for the forward. K' is written only for the
     (sequence, head) pairs with a nonzero shift, which get flag 1; elsewhere K' = K and is left
-    unwritten (flag 0), and the forward kernel reads K there."""
+    unwritten (flag 0), and the forward kernel reads K there.
+    ``shift``: c as an earlier call returned it for the same K (the forward's, in the backward):
+    the range pass is skipped and only K' (and the flags) are written."""
     C = _ext.extension()
     varlen = cu_k is not None
-    nseq = (cu_k.shape[0] - 1) if varlen else k.shape[0]
+    nseq = _k_shift_shape(k, cu_k)[0]
     kc = None if shift_only else torch.empty(k.shape, dtype=k.dtype, device=k.device)
-    shift = torch.empty((nseq, k.shape[-2], k.shape[-1]), dtype=k.dtype, device=k.device)
-    work = torch.empty((2, nseq, k.shape[-2], k.shape[-1]), dtype=torch.int32, device=k.device)
     p = C.Params()
+    if shift is None:
+        shift = torch.empty(_k_shift_shape(k, cu_k), dtype=k.dtype, device=k.device)
+        work = torch.empty((2,) + _k_shift_shape(k, cu_k), dtype=torch.int32, device=k.device)
+        p.center_workspace = work.data_ptr()
+    else:
+        if (tuple(shift.shape) != _k_shift_shape(k, cu_k) or shift.dtype != k.dtype
+                or shift.device != k.device or not shift.is_contiguous()):
+            raise ValueError(f"k_shift: expected a contiguous {k.dtype} tensor of shape "
+                             f"{_k_shift_shape(k, cu_k)} on {k.device} (the forward's), got "
+                             f"{shift.dtype} {tuple(shift.shape)} on {shift.device}")
+        p.k_shift_given = 1
     p.k, p.k_stride = k.data_ptr(), _strides3(k, varlen)
     if kc is not None:
         p.k_centered, p.kc_stride = kc.data_ptr(), _strides3(kc, varlen)
-    p.k_shift, p.center_workspace = shift.data_ptr(), work.data_ptr()
+    p.k_shift = shift.data_ptr()
     if flags is not None:
         assert flags.shape == (nseq, k.shape[-2]) and flags.dtype == torch.int32
         p.k_center_flags = flags.data_ptr()
@@ -119,25 +137,32 @@ def _empty_problem(q, k) -> bool:
     return q.numel() == 0 or k.numel() == 0
 
 
-def forward_cuda(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics):
+def forward_cuda(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics,
+                 return_k_shift=False):
+    """Kernel forward. Returns (out, lse, stats); with ``return_k_shift`` also the gproj
+    centering's shift c (None in fa3 mode and for an empty problem), which ``backward_cuda``
+    takes back as ``k_shift``."""
     varlen = cu_q is not None
     h = q.shape[-2]
     rs = _rowstat_shape(q, varlen, h)
+    shift = None
     if _empty_problem(q, k):  # nothing to attend to: out 0, lse +inf, p = 0 in the backward
         stats = torch.zeros(rs + (2,), dtype=torch.float32, device=q.device)
         stats[..., 0] = math.inf
-        return (torch.zeros(q.shape, dtype=q.dtype, device=q.device),
-                torch.full(rs, math.inf, dtype=torch.float32, device=q.device), stats)
-    q, k, v = _kernel_ready(q), _kernel_ready(k), _kernel_ready(v)
-    if numerics != "gproj":
-        return forward_kernel(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics)
-    # exact centering: softmax and gradients unchanged; K' where the pre-pass wrote it (flag 1),
-    # the user's K elsewhere
-    flags = torch.empty((cu_k.shape[0] - 1 if varlen else k.shape[0], k.shape[-2]),
-                        dtype=torch.int32, device=k.device)
-    kc, shift = center_keys_cuda(k, cu_k, max_k, flags=flags)
-    return forward_kernel(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics,
-                          k_shift=shift, k_centered=kc, center_flags=flags)
+        res = (torch.zeros(q.shape, dtype=q.dtype, device=q.device),
+               torch.full(rs, math.inf, dtype=torch.float32, device=q.device), stats)
+    elif numerics != "gproj":
+        q, k, v = _kernel_ready(q), _kernel_ready(k), _kernel_ready(v)
+        res = forward_kernel(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics)
+    else:
+        # exact centering: softmax and gradients unchanged; K' where the pre-pass wrote it (flag
+        # 1), the user's K elsewhere
+        q, k, v = _kernel_ready(q), _kernel_ready(k), _kernel_ready(v)
+        flags = torch.empty(_k_shift_shape(k, cu_k)[:2], dtype=torch.int32, device=k.device)
+        kc, shift = center_keys_cuda(k, cu_k, max_k, flags=flags)
+        res = forward_kernel(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics,
+                             k_shift=shift, k_centered=kc, center_flags=flags)
+    return res + (shift,) if return_k_shift else res
 
 
 def forward_kernel(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics, k_shift=None,
@@ -197,12 +222,13 @@ def _projects_dk(numerics: str) -> bool:
 
 def backward_cuda(dout, q, k, v, out, stats, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics,
                   dk_accum: Optional[Tensor] = None, hopper: Optional[bool] = None,
-                  lazy_centering: bool = True):
+                  lazy_centering: bool = True, k_shift: Optional[Tensor] = None):
     """Kernel backward. ``dk_accum`` (fp32, k's shape, contiguous) receives dK before its final
     rounding: where SPEC.md measures the keys' common gradient. ``hopper``: see
     ``_hopper_backward``. ``lazy_centering=False`` (tests) makes the Hopper backward write and
     read K' and Q' for every (sequence, head), as the lazy default (dense inputs) must match bit
-    for bit."""
+    for bit. ``k_shift`` (gproj): the forward's key shift (``forward_cuda(...,
+    return_k_shift=True)``), which spares the centering its range pass over K."""
     varlen = cu_q is not None
     dq = _new(q.shape, q.dtype, q.device)
     dk = _new(k.shape, k.dtype, k.device)
@@ -226,14 +252,14 @@ def backward_cuda(dout, q, k, v, out, stats, cu_q, cu_k, max_q, max_k, scale, wl
         if lazy_centering and not varlen:
             k_flags = torch.empty(k.shape[0], k.shape[-2], dtype=torch.int32, device=k.device)
             q_flags = torch.empty(q.shape[0], q.shape[-2], dtype=torch.int32, device=q.device)
-        k_centered, _ = center_keys_cuda(k, cu_k, max_k, flags=k_flags)  # the forward's shift
+        k_centered, _ = center_keys_cuda(k, cu_k, max_k, flags=k_flags, shift=k_shift)
         if q.shape[-1] == 256:  # Q' = Q - q_shift made in shared memory (bwd_kv_split_sm90.cuh)
             q_flags = None
             _, q_shift = center_keys_cuda(q, cu_q, max_q, shift_only=True)
         else:  # Q' = Q - q_shift, the dK GEMM's operand (loaded by TMA in the KV-outer pass)
             q_centered, q_shift = center_keys_cuda(q, cu_q, max_q, flags=q_flags)
     elif numerics == "gproj":
-        k, _ = center_keys_cuda(k, cu_k, max_k)   # the same exact shift the forward used
+        k, _ = center_keys_cuda(k, cu_k, max_k, shift=k_shift)  # the forward's exact shift
         _, q_shift = center_keys_cuda(q, cu_q, max_q, shift_only=True)  # (dK GEMM, in the kernel)
     # {delta, lambda hi, lambda lo, unused} per row: dQ pass -> dK/dV pass (csrc/api/params.h)
     rowstate = torch.empty(stats.shape[:-1] + (4,), dtype=torch.float32, device=q.device)
@@ -313,18 +339,33 @@ def rowstate_cuda(q, k, v, out, stats, dout, scale, wl, wr, passes=4):
 def attention(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor],
               cu_seqlens_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int,
               softmax_scale: float, window_left: int, window_right: int,
-              numerics: str, deterministic: bool = False) -> tuple[Tensor, Tensor, Tensor]:
-    """Attention forward. Returns (out, lse, stats); see the module docstring. ``deterministic``
-    only travels to the backward (which then never takes a path with atomics)."""
+              numerics: str, deterministic: bool = False
+              ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Attention forward. Returns (out, lse, stats, k_shift); see the module docstring.
+    ``deterministic`` only travels to the backward (which then never takes a path with
+    atomics)."""
     if q.device.type == "cpu":
         # The emulator's fp32 steps are part of the arithmetic it reproduces: a caller's autocast
         # region must not turn them into BF16 matmuls.
         with torch.autocast("cpu", enabled=False):
-            return emulate_forward(q, k, v, numerics=numerics, softmax_scale=softmax_scale,
-                                   window_size=(window_left, window_right),
-                                   cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
-    return forward_cuda(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                        softmax_scale, window_left, window_right, numerics)
+            res = emulate_forward(q, k, v, numerics=numerics, softmax_scale=softmax_scale,
+                                  window_size=(window_left, window_right),
+                                  cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
+        return tuple(res) + (k.new_empty(0),)
+    out, lse, stats, shift = forward_cuda(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                          max_seqlen_k, softmax_scale, window_left, window_right,
+                                          numerics, return_k_shift=True)
+    if numerics != "gproj":
+        shift = k.new_empty(0)
+    elif shift is None:  # an empty problem: no centering ran, and the backward runs none
+        shift = k.new_zeros(_k_shift_shape(k, cu_seqlens_k))
+    return out, lse, stats, shift
+
+
+def _shift_shape(q, k, cu_k, numerics):
+    """The forward op's k_shift: the centering's shift where the backward can take it (gproj on
+    CUDA), else empty."""
+    return _k_shift_shape(k, cu_k) if numerics == "gproj" and q.device.type == "cuda" else (0,)
 
 
 @attention.register_fake
@@ -332,7 +373,8 @@ def _attention_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
                     softmax_scale, window_left, window_right, numerics, deterministic=False):
     rs = _rowstat_shape(q, cu_seqlens_q is not None, q.shape[-2])
     return (q.new_empty(q.shape), q.new_empty(rs, dtype=torch.float32),
-            q.new_empty(tuple(rs) + (2,), dtype=torch.float32))
+            q.new_empty(tuple(rs) + (2,), dtype=torch.float32),
+            k.new_empty(_shift_shape(q, k, cu_seqlens_k, numerics)))
 
 
 @torch.library.custom_op("gproj::attention_backward", mutates_args=())
@@ -340,11 +382,13 @@ def attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tenso
                        stats: Tensor, cu_seqlens_q: Optional[Tensor],
                        cu_seqlens_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int,
                        softmax_scale: float, window_left: int, window_right: int,
-                       numerics: str, deterministic: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+                       numerics: str, deterministic: bool = False,
+                       k_shift: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor]:
     """Attention backward from the forward's out and stats. Returns (dq, dk, dv).
     ``deterministic=True`` keeps off the Hopper backward where its dQ is summed by reduce-adds
     in varying order (fa3 mode; gproj's GPROJ_BWD_VARIANT=4); gproj's default Hopper backward
-    has a fixed order and stays on."""
+    has a fixed order and stays on. ``k_shift``: the forward op's fourth output (empty or None:
+    the backward finds the shift itself)."""
     if q.device.type == "cpu":
         with torch.autocast("cpu", enabled=False):
             return emulate_backward(dout, q, k, v, out, stats, numerics=numerics,
@@ -354,29 +398,30 @@ def attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tenso
     return backward_cuda(dout, q, k, v, out, stats, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                          max_seqlen_k, softmax_scale, window_left, window_right, numerics,
                          hopper=False if deterministic and _reduce_adds_dq(numerics, q.shape[-1])
-                         else None)
+                         else None,
+                         k_shift=k_shift if k_shift is not None and k_shift.numel() else None)
 
 
 @attention_backward.register_fake
 def _attention_backward_fake(dout, q, k, v, out, stats, cu_seqlens_q, cu_seqlens_k,
                              max_seqlen_q, max_seqlen_k, softmax_scale, window_left,
-                             window_right, numerics, deterministic=False):
+                             window_right, numerics, deterministic=False, k_shift=None):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _setup_context(ctx, inputs, output):
     q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics = inputs[:11]
     deterministic = bool(inputs[11]) if len(inputs) > 11 else False
-    out, lse, stats = output
-    ctx.save_for_backward(q, k, v, out, stats, cu_q, cu_k)
+    out, lse, stats, k_shift = output
+    ctx.save_for_backward(q, k, v, out, stats, cu_q, cu_k, k_shift)
     ctx.args = (max_q, max_k, scale, wl, wr, numerics, deterministic)
-    ctx.mark_non_differentiable(lse, stats)
+    ctx.mark_non_differentiable(lse, stats, k_shift)
 
 
-def _backward(ctx, dout, _dlse, _dstats):
-    q, k, v, out, stats, cu_q, cu_k = ctx.saved_tensors
+def _backward(ctx, dout, _dlse, _dstats, _dshift):
+    q, k, v, out, stats, cu_q, cu_k, k_shift = ctx.saved_tensors
     dq, dk, dv = torch.ops.gproj.attention_backward(dout, q, k, v, out, stats, cu_q, cu_k,
-                                                    *ctx.args)
+                                                    *ctx.args, k_shift)
     return dq, dk, dv, None, None, None, None, None, None, None, None, None
 
 

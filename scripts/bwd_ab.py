@@ -36,10 +36,14 @@ def candidates(c, variants, lib=None, fa3_variants=("0",)):
         ot.backward(do, retain_graph=True)
     cands = [("cudnn", None, cudnn_bwd)]
     for m in ("fa3", "gproj"):
-        out, _, st = forward_cuda(q, k, v, None, None, n, n, s, -1, wr, m)
+        # as the ops run them: the forward's key shift handed to the backward (AB_NO_SHIFT=1:
+        # the backward finds it itself, as before session 11)
+        out, _, st, ks = forward_cuda(q, k, v, None, None, n, n, s, -1, wr, m, return_k_shift=True)
+        if os.environ.get("AB_NO_SHIFT") == "1":
+            ks = None
         for var in (fa3_variants if m == "fa3" else variants):
-            cands.append((f"{m} v{var}", var, lambda m=m, out=out, st=st: backward_cuda(
-                do, q, k, v, out, st, None, None, n, n, s, -1, wr, m, hopper=True)))
+            cands.append((f"{m} v{var}", var, lambda m=m, out=out, st=st, ks=ks: backward_cuda(
+                do, q, k, v, out, st, None, None, n, n, s, -1, wr, m, hopper=True, k_shift=ks)))
         if lib:
             out_l, _, st_l = lib(forward_cuda)(q, k, v, None, None, n, n, s, -1, wr, m)
             cands.append((f"{m} lib", (fa3_variants if m == "fa3" else variants)[0], lib(lambda m=m, out=out_l, st=st_l: backward_cuda(

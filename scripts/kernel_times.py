@@ -24,9 +24,11 @@ def main():
         q, k, v, s, wr = c.q, c.k, c.v, c.scale, c.window_right
         do = torch.randn_like(q)
         for mode in ("fa3", "gproj"):
-            def step():
-                out, lse, stats = forward_cuda(q, k, v, None, None, c.n, c.n, s, -1, wr, mode)
-                backward_cuda(do, q, k, v, out, stats, None, None, c.n, c.n, s, -1, wr, mode)
+            def step():  # as the ops run them: the forward's key shift handed to the backward
+                out, lse, stats, ks = forward_cuda(q, k, v, None, None, c.n, c.n, s, -1, wr, mode,
+                                                   return_k_shift=True)
+                backward_cuda(do, q, k, v, out, stats, None, None, c.n, c.n, s, -1, wr, mode,
+                              k_shift=ks)
             for _ in range(3):
                 step()
             torch.cuda.synchronize()

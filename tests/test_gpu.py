@@ -264,7 +264,7 @@ def test_opcheck_cuda():
     q, k, v = (rand(1, 130, 2, 64, g=g).requires_grad_() for _ in range(3))
     args = (q, k, v, None, None, 130, 130, 0.125, -1, 0, "gproj")
     torch.library.opcheck(torch.ops.gproj.attention.default, args)
-    out, lse, stats = torch.ops.gproj.attention(*args)
+    out, lse, stats, _ = torch.ops.gproj.attention(*args)
     bargs = (torch.randn_like(out), q.detach(), k.detach(), v.detach(), out.detach(), stats, None,
              None, 130, 130, 0.125, -1, 0, "gproj")
     torch.library.opcheck(torch.ops.gproj.attention_backward.default, bargs)
@@ -448,6 +448,44 @@ def test_hopper_backward_lazy_centering_is_bitwise_the_full_one(d, causal):
         for a, b, name in zip(grads[0], grads[1], ("dq", "dk", "dv", "dk fp32")):
             assert torch.isfinite(a).all(), name
             assert torch.equal(a, b), name
+
+
+@pytest.mark.parametrize("hopper", [True, False], ids=["sm90", "mma.sync"])
+@pytest.mark.parametrize("d", HDIMS)
+def test_backward_given_the_forwards_key_shift_is_bitwise_the_same(d, hopper):
+    """The forward op hands its key shift c to the backward (its fourth output), which then
+    writes K' without a range pass of its own: c must be the centering's, and dQ, dK, dV
+    bitwise those of a backward that finds c itself (dense and varlen, a centered kv head beside
+    uncentered ones). A malformed shift is refused."""
+    from gproj_cuda.ops import center_keys_cuda
+    if hopper and torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("needs a Hopper GPU")
+    g = torch.Generator(device=DEV).manual_seed(13 * d)
+    q, do = rand(2, 300, 6, d, g=g), rand(2, 300, 6, d, g=g)
+    k, v = rand(2, 260, 3, d, g=g), rand(2, 260, 3, d, g=g)
+    k[:, :, 1] += 64 * rand(d, g=g).sign()  # kv head 1: an offset to center
+    cu = torch.tensor([0, 100, 100, 520], dtype=torch.int32, device=DEV)
+    cases = ((q, k, v, do, None, None, 300, 260),
+             (q.reshape(600, 6, d)[:520], k.reshape(520, 3, d), v.reshape(520, 3, d),
+              do.reshape(600, 6, d)[:520], cu, cu, 420, 420))
+    s = d ** -0.5
+    for qq, kk, vv, dd, cq, ck, mq, mk in cases:
+        out, _, stats, shift = forward_cuda(qq, kk, vv, cq, ck, mq, mk, s, -1, 0, "gproj",
+                                            return_k_shift=True)
+        assert torch.equal(shift, center_keys_cuda(kk, ck, mk)[1])
+        assert shift.abs().amax() > 0  # head 1 is centered, so the test covers a real shift
+        grads = [backward_cuda(dd, qq, kk, vv, out, stats, cq, ck, mq, mk, s, -1, 0, "gproj",
+                               hopper=hopper, k_shift=ks) for ks in (None, shift)]
+        torch.cuda.synchronize()
+        for a, b, name in zip(grads[0], grads[1], ("dq", "dk", "dv")):
+            assert torch.isfinite(a).all() and torch.equal(a, b), name
+        with pytest.raises(ValueError, match="k_shift"):
+            backward_cuda(dd, qq, kk, vv, out, stats, cq, ck, mq, mk, s, -1, 0, "gproj",
+                          hopper=hopper, k_shift=shift[:, :2])
+    # the op: the shift on CUDA in gproj mode, empty in fa3 mode
+    args = (q, k, v, None, None, 300, 260, s, -1, 0)
+    assert torch.ops.gproj.attention(*args, "gproj")[3].shape == (2, 3, d)
+    assert torch.ops.gproj.attention(*args, "fa3")[3].shape == (0,)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "fp16"])

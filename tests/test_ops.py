@@ -17,7 +17,7 @@ def test_opcheck_cpu():
     q, k, v = (torch.randn(1, 40, 2, 64, generator=g).bfloat16().requires_grad_() for _ in range(3))
     args = (q, k, v, None, None, 40, 40, 0.125, -1, 0, "gproj")
     torch.library.opcheck(torch.ops.gproj.attention.default, args)
-    out, lse, stats = torch.ops.gproj.attention(*args)
+    out, lse, stats, _ = torch.ops.gproj.attention(*args)
     bargs = (torch.randn_like(out), q.detach(), k.detach(), v.detach(), out.detach(), stats, None,
              None, 40, 40, 0.125, -1, 0, "gproj")
     torch.library.opcheck(torch.ops.gproj.attention_backward.default, bargs)
@@ -30,7 +30,7 @@ def test_opcheck_cpu_deterministic_argument():
     q, k, v = (torch.randn(1, 33, 2, 64, generator=g).bfloat16().requires_grad_() for _ in range(3))
     args = (q, k, v, None, None, 33, 33, 0.125, -1, -1, "fa3", True)
     torch.library.opcheck(torch.ops.gproj.attention.default, args)
-    out, lse, stats = torch.ops.gproj.attention(*args)
+    out, lse, stats, _ = torch.ops.gproj.attention(*args)
     bargs = (torch.randn_like(out), q.detach(), k.detach(), v.detach(), out.detach(), stats, None,
              None, 33, 33, 0.125, -1, -1, "fa3", True)
     torch.library.opcheck(torch.ops.gproj.attention_backward.default, bargs)
@@ -47,16 +47,17 @@ def test_fake_tensor_shapes_dense_and_varlen():
     with FakeTensorMode():
         q = torch.empty(3, 100, 8, 128, dtype=torch.bfloat16)
         k = torch.empty(3, 90, 2, 128, dtype=torch.bfloat16)
-        out, lse, stats = torch.ops.gproj.attention(q, k, k, None, None, 100, 90, 0.1, -1, -1,
-                                                   "gproj")
+        out, lse, stats, shift = torch.ops.gproj.attention(q, k, k, None, None, 100, 90, 0.1, -1,
+                                                          -1, "gproj")
         assert out.shape == q.shape and lse.shape == (3, 8, 100) and stats.shape == (3, 8, 100, 2)
+        assert shift.shape == (0,)  # the key shift travels to the backward on CUDA only
         dq, dk, dv = torch.ops.gproj.attention_backward(out, q, k, k, out, stats, None, None, 100,
                                                         90, 0.1, -1, -1, "fa3")
         assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == k.shape
         qv = torch.empty(250, 8, 64, dtype=torch.float16)
         cu = torch.empty(4, dtype=torch.int32)
-        out, lse, stats = torch.ops.gproj.attention(qv, qv[:, :4], qv[:, :4], cu, cu, 100, 100,
-                                                   0.1, -1, 0, "fa3")
+        out, lse, stats, _ = torch.ops.gproj.attention(qv, qv[:, :4], qv[:, :4], cu, cu, 100,
+                                                      100, 0.1, -1, 0, "fa3")
         assert out.shape == qv.shape and lse.shape == (8, 250) and stats.shape == (8, 250, 2)
 
 

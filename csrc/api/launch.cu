@@ -194,7 +194,7 @@ int run_center_keys(const AttnParams& p, char* err, size_t err_len) {
     if (p.k_centered) require_strides(p.kc_stride, "k_centered", p.cu_seqlens_k != 0);
     if (p.k_center_flags && !p.k_centered) fail("k_center_flags without k_centered");
     require_ptr(p.k_shift, "k_shift");
-    require_ptr(p.center_workspace, "center_workspace");
+    if (!p.k_shift_given) require_ptr(p.center_workspace, "center_workspace");
     dispatch(p, [&](auto t, auto d) {
       using T = decltype(t);
       constexpr int D = decltype(d)::value;

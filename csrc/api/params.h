@@ -35,6 +35,9 @@ struct AttnParams {
   // the kernels read K' where no flags are given or the flag is 1, else K (= K' there).
   uint64_t k_center_flags = 0;
   uint64_t center_workspace = 0;  // centering pre-pass scratch: 2 * batch * head_k * dim uint32
+  // Centering pre-pass: 1 = k_shift holds the shift already (the forward's, handed to the
+  // backward), so the range pass is skipped and only K' (and k_center_flags) are written.
+  int k_shift_given = 0;
   uint64_t q_centered = 0;    // Q' = Q - q_shift (qc_stride): the Hopper backward's dK operand
   // int32 [batch][head], optional: k_center_flags for the queries (a lazy pre-pass on Q; the
   // Hopper backward then reads Q' only where the flag is 1, else Q = Q' there).

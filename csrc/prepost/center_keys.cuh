@@ -11,6 +11,8 @@
 //      (sequence, kv head) whose shift is 0 in every coordinate gets no K' (it would equal K);
 //      its flag says so and the forward reads K there. Random or zero-mean keys then cost one
 //      read of K instead of two reads and a write.
+// The backward needs K' for the same shift: handed the forward's (k_shift_given), it runs step 2
+// alone.
 // Reads K twice and writes it once: ~3 |K| bytes, about 1% of a forward pass at N = 4096.
 #pragma once
 #include <cuda_runtime.h>
@@ -84,8 +86,13 @@ __global__ void __launch_bounds__(256) center_kernel(const AttnParams p, const u
   const int col = (threadIdx.x % kThreadsPerRow) * 8;
   const int64_t slot = (int64_t(b) * p.heads_k + hk) * D + col;
   float c[8];
+  T* shift = reinterpret_cast<T*>(p.k_shift) + slot;
 #pragma unroll
   for (int e = 0; e < 8; ++e) {
+    if (p.k_shift_given) {  // the forward's shift (written below by its pre-pass): the same c
+      c[e] = to_float(shift[e]);
+      continue;
+    }
     const float lo = dec_order(~lo_enc[slot + e]), hi = dec_order(hi_enc[slot + e]);
     const bool pos = lo > 0.f && hi <= 2.f * lo;    // all keys in [c/2, 2c]: k - c exact
     const bool neg = hi < 0.f && lo >= 2.f * hi;
@@ -101,8 +108,7 @@ __global__ void __launch_bounds__(256) center_kernel(const AttnParams p, const u
       reinterpret_cast<int*>(p.k_center_flags)[int64_t(b) * p.heads_k + hk] = any ? 1 : 0;
     write_kc = write_kc && any;
   }
-  if (chunk == 0 && threadIdx.x < kThreadsPerRow) {
-    T* shift = reinterpret_cast<T*>(p.k_shift) + slot;
+  if (chunk == 0 && threadIdx.x < kThreadsPerRow && !p.k_shift_given) {
 #pragma unroll
     for (int e = 0; e < 8; ++e) shift[e] = from_float<T>(c[e]);
   }
@@ -125,16 +131,22 @@ __global__ void __launch_bounds__(256) center_kernel(const AttnParams p, const u
 }
 
 // K' = K - c and c, for every sequence and kv head. `workspace`: 2 * batch * heads_k * D uint32.
+// With p.k_shift_given, c is read from k_shift (the forward's pre-pass wrote it from the same K):
+// no workspace, no range pass; K' and the lazy flags come out bitwise as the forward's.
 template <typename T, int D>
 void center_keys_impl(const AttnParams& p) {
-  uint32_t* lo = reinterpret_cast<uint32_t*>(p.center_workspace);
-  uint32_t* hi = lo + int64_t(p.batch) * p.heads_k * D;
-  const size_t bytes = size_t(p.batch) * p.heads_k * D * sizeof(uint32_t);
   cudaStream_t stream = reinterpret_cast<cudaStream_t>(p.stream);
-  check_cuda(cudaMemsetAsync(lo, 0x00, 2 * bytes, stream), "center keys: memset");  // lo, hi
   const dim3 grid(max(1, (p.seqlen_k + kCenterRows - 1) / kCenterRows), p.heads_k, p.batch);
-  key_range_kernel<T, D><<<grid, 256, 0, stream>>>(p, lo, hi);
-  check_cuda(cudaGetLastError(), "center keys: range");
+  uint32_t *lo = nullptr, *hi = nullptr;
+  if (!p.k_shift_given) {
+    const int64_t n = int64_t(p.batch) * p.heads_k * D;
+    lo = reinterpret_cast<uint32_t*>(p.center_workspace);
+    hi = lo + n;
+    check_cuda(cudaMemsetAsync(lo, 0x00, 2 * n * sizeof(uint32_t), stream),  // lo and hi
+               "center keys: memset");
+    key_range_kernel<T, D><<<grid, 256, 0, stream>>>(p, lo, hi);
+    check_cuda(cudaGetLastError(), "center keys: range");
+  }
   center_kernel<T, D><<<grid, 256, 0, stream>>>(p, lo, hi);
   check_cuda(cudaGetLastError(), "center keys: subtract");
 }

@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(256) center_kernel(const AttnParams p, const u
   T* shift = reinterpret_cast<T*>(p.k_shift) + slot;
 #pragma unroll
   for (int e = 0; e < 8; ++e) {
-    if (p.k_shift_given) {  // the forward's shift (written below by its pre-pass): the same c
+    if (p.k_shift_given) {  // the forward's pre-pass found c from the same K and wrote it
       c[e] = to_float(shift[e]);
       continue;
     }

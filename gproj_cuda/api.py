@@ -36,7 +36,7 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1)
     scale = check_scale(softmax_scale, q.shape[-1])
     check_batch_limits(q.shape[0], q.shape[2])
     out, lse, *_ = torch.ops.gproj.attention(q, k, v, None, None, q.shape[1], k.shape[1], scale,
-                                            left, right, numerics, bool(deterministic))
+                                             left, right, numerics, bool(deterministic))
     return (out, lse) if return_lse else out
 
 
@@ -56,9 +56,9 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     check_cu_seqlens(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0], max_seqlen_q,
                      max_seqlen_k, q.device)
     check_batch_limits(cu_seqlens_q.shape[0] - 1, q.shape[1])
-    out, lse, *_ = torch.ops.gproj.attention(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
-                                            int(max_seqlen_k), scale, left, right, numerics,
-                                            bool(deterministic))
+    out, lse, *_ = torch.ops.gproj.attention(q, k, v, cu_seqlens_q, cu_seqlens_k,
+                                             int(max_seqlen_q), int(max_seqlen_k), scale, left,
+                                             right, numerics, bool(deterministic))
     return (out, lse) if return_lse else out
 
 

@@ -100,19 +100,20 @@ def center_keys_cuda(k, cu_k, max_k, shift_only=False, flags=None, shift=None):
     the range pass is skipped and only K' (and the flags) are written."""
     C = _ext.extension()
     varlen = cu_k is not None
-    nseq = _k_shift_shape(k, cu_k)[0]
+    shape = _k_shift_shape(k, cu_k)
+    nseq = shape[0]
     kc = None if shift_only else torch.empty(k.shape, dtype=k.dtype, device=k.device)
     p = C.Params()
     if shift is None:
-        shift = torch.empty(_k_shift_shape(k, cu_k), dtype=k.dtype, device=k.device)
-        work = torch.empty((2,) + _k_shift_shape(k, cu_k), dtype=torch.int32, device=k.device)
+        shift = torch.empty(shape, dtype=k.dtype, device=k.device)
+        work = torch.empty((2,) + shape, dtype=torch.int32, device=k.device)
         p.center_workspace = work.data_ptr()
     else:
-        if (tuple(shift.shape) != _k_shift_shape(k, cu_k) or shift.dtype != k.dtype
-                or shift.device != k.device or not shift.is_contiguous()):
-            raise ValueError(f"k_shift: expected a contiguous {k.dtype} tensor of shape "
-                             f"{_k_shift_shape(k, cu_k)} on {k.device} (the forward's), got "
-                             f"{shift.dtype} {tuple(shift.shape)} on {shift.device}")
+        if (tuple(shift.shape) != shape or shift.dtype != k.dtype or shift.device != k.device
+                or not shift.is_contiguous()):
+            raise ValueError(f"k_shift: expected a contiguous {k.dtype} tensor of shape {shape} "
+                             f"on {k.device} (the forward's), got {shift.dtype} "
+                             f"{tuple(shift.shape)} on {shift.device}")
         p.k_shift_given = 1
     p.k, p.k_stride = k.data_ptr(), _strides3(k, varlen)
     if kc is not None:
@@ -351,14 +352,12 @@ def attention(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor],
             res = emulate_forward(q, k, v, numerics=numerics, softmax_scale=softmax_scale,
                                   window_size=(window_left, window_right),
                                   cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
-        return tuple(res) + (k.new_empty(0),)
+        return tuple(res) + (k.new_empty(_shift_shape(q, k, cu_seqlens_k, numerics)),)
     out, lse, stats, shift = forward_cuda(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                           max_seqlen_k, softmax_scale, window_left, window_right,
                                           numerics, return_k_shift=True)
-    if numerics != "gproj":
-        shift = k.new_empty(0)
-    elif shift is None:  # an empty problem: no centering ran, and the backward runs none
-        shift = k.new_zeros(_k_shift_shape(k, cu_seqlens_k))
+    if shift is None:  # fa3 mode (empty), or an empty problem (no centering ran, none will)
+        shift = k.new_zeros(_shift_shape(q, k, cu_seqlens_k, numerics))
     return out, lse, stats, shift
 
 

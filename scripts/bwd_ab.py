@@ -9,7 +9,9 @@ Usage: python scripts/bwd_ab.py VARIANTS [d,N[,causal] ...]   e.g.  0,4  128,204
 AB_ENV=NAME makes VARIANTS values of that switch instead (e.g. AB_ENV=GPROJ_CAUSAL_ASCENDING 0,1).
 AB_LIB=PATH adds "fa3 lib" and "gproj lib": the same backward through another build of the
 extension (e.g. the previous commit's .so), with its own forward's softmax state.
-AB_FA3_VARIANTS=0,9 runs fa3 mode with those GPROJ_BWD_VARIANT values (default: 0 only)."""
+AB_FA3_VARIANTS=0,9 runs fa3 mode with those GPROJ_BWD_VARIANT values (default: 0 only).
+The backward gets the forward's key shift, as the ops hand it over; AB_NO_SHIFT=1 makes it find
+the shift itself."""
 import os
 import sys
 
@@ -46,7 +48,8 @@ def candidates(c, variants, lib=None, fa3_variants=("0",)):
                 do, q, k, v, out, st, None, None, n, n, s, -1, wr, m, hopper=True, k_shift=ks)))
         if lib:
             out_l, _, st_l = lib(forward_cuda)(q, k, v, None, None, n, n, s, -1, wr, m)
-            cands.append((f"{m} lib", (fa3_variants if m == "fa3" else variants)[0], lib(lambda m=m, out=out_l, st=st_l: backward_cuda(
+            var = (fa3_variants if m == "fa3" else variants)[0]
+            cands.append((f"{m} lib", var, lib(lambda m=m, out=out_l, st=st_l: backward_cuda(
                 do, q, k, v, out, st, None, None, n, n, s, -1, wr, m, hopper=True))))
     return cands
 

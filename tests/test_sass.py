@@ -17,8 +17,9 @@ import sass_check  # noqa: E402
 
 # Instantiations that exist only for A/B runs (GPROJ_FWD_VARIANT / GPROJ_BWD_VARIANT) and are
 # known to spill (bench/NOTES.md): forward 176-key tiles (variant 4), persistent d = 256
-# (variant 3) and P through shared memory at d = 64 (variants 6, 7); the gproj KV-outer pass with dQ inside (variant 4 with two parts of A) and with
-# three consumer warpgroups (variant 5); the Q-outer pass with 128-key tiles (variant 8).
+# (variant 3) and P through shared memory at d = 64 (variants 6, 7); the gproj KV-outer pass
+# with dQ inside (variant 4 with two parts of A) and with three consumer warpgroups (variant 5);
+# the Q-outer pass with 128-key tiles (variant 8).
 KNOWN_SPILLING_VARIANTS = (
     "FwdTraits<{t}, 128, 176,",
     "FwdTraits<{t}, 256, 64, 2, true, true,",

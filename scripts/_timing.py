@@ -23,27 +23,34 @@ def timed(fn, reps=20):
 
 @dataclass
 class Case:
-    """One forward problem: random bf16 q, k, v of shape (B, N, H, d)."""
+    """One forward problem: random bf16 q of shape (B, N, H, d), k and v of (B, N, H_k, d),
+    H_k = H (or H / 8 with gqa, as bench/speed.py's GQA shapes)."""
     d: int
     n: int
     causal: bool
+    gqa: bool = False
 
     def __post_init__(self):
         self.B, self.H = max(1, 16384 // self.n), 2048 // self.d
-        self.q, self.k, self.v = (torch.randn(self.B, self.n, self.H, self.d, device="cuda",
-                                              dtype=torch.bfloat16) for _ in range(3))
+        self.Hk = self.H // 8 if self.gqa else self.H
+        mk = lambda h: torch.randn(self.B, self.n, h, self.d, device="cuda", dtype=torch.bfloat16)
+        self.q, self.k, self.v = mk(self.H), mk(self.Hk), mk(self.Hk)
         self.scale, self.window_right = self.d ** -0.5, (0 if self.causal else -1)
 
     @classmethod
     def parse(cls, arg):
+        """"d,N", "d,N,causal", "d,N,gqa" or "d,N,causal,gqa"."""
         f = arg.split(",")
-        return cls(int(f[0]), int(f[1]), len(f) > 2)
+        if any(x not in ("causal", "gqa") for x in f[2:]):
+            raise ValueError(f"shape {arg!r}: expected d,N[,causal][,gqa]")
+        return cls(int(f[0]), int(f[1]), "causal" in f[2:], "gqa" in f[2:])
 
     def cudnn(self):
         """cuDNN's forward (torch SDPA) on the same tensors."""
         qt, kt, vt = (x.transpose(1, 2) for x in (self.q, self.k, self.v))
         with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.CUDNN_ATTENTION):
-            return F.scaled_dot_product_attention(qt, kt, vt, is_causal=self.causal)
+            return F.scaled_dot_product_attention(qt, kt, vt, is_causal=self.causal,
+                                                  enable_gqa=self.gqa)
 
 
 def interleaved(cands, env_var, reps):

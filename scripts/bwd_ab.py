@@ -5,8 +5,8 @@ hits every candidate alike. Prints the median time of each and its ratio to cuDN
 cuDNN's time here reads 10-40% above bench/speed.py's for the same shape (measured 2026-11-29:
 1.76 vs 1.43 ms at d=128 N=2k), interleaved with our calls; so compare our candidates with each
 other here, and take ratios to cuDNN from speed.py.
-Usage: python scripts/bwd_ab.py VARIANTS [d,N[,causal] ...]   e.g.  0,4  128,2048 64,16384,causal
-AB_ENV=NAME makes VARIANTS values of that switch instead (e.g. AB_ENV=GPROJ_CAUSAL_ASCENDING 0,1).
+Usage: python scripts/bwd_ab.py VARIANTS [d,N[,causal][,gqa] ...]   e.g.  0,4  128,2048 64,16384,causal
+AB_ENV=NAME makes VARIANTS values of that switch instead (e.g. AB_ENV=GPROJ_TILE_ORDER 0,2).
 AB_LIB=PATH adds "fa3 lib" and "gproj lib": the same backward through another build of the
 extension (e.g. the previous commit's .so), with its own forward's softmax state.
 AB_FA3_VARIANTS=0,9 runs fa3 mode with those GPROJ_BWD_VARIANT values (default: 0 only).
@@ -31,7 +31,8 @@ def candidates(c, variants, lib=None, fa3_variants=("0",)):
     ql, kl, vl = (x.detach().requires_grad_() for x in (q, k, v))
     with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.CUDNN_ATTENTION):
         ot = F.scaled_dot_product_attention(ql.transpose(1, 2), kl.transpose(1, 2),
-                                            vl.transpose(1, 2), is_causal=c.causal).transpose(1, 2)
+                                            vl.transpose(1, 2), is_causal=c.causal,
+                                            enable_gqa=c.gqa).transpose(1, 2)
 
     def cudnn_bwd():
         ql.grad = kl.grad = vl.grad = None
@@ -64,14 +65,15 @@ def main():
     names = ([f"fa3 v{v}" for v in fa3_variants] + (["fa3 lib"] if lib else [])
              + [f"gproj v{v}" for v in variants]
              + (["gproj lib"] if lib else []))
-    print(f"{'d':>4} {'N':>6} {'causal':>6} | {'cuDNN ms':>8} | " +
+    print(f"{'d':>4} {'N':>6} {'mask':>11} | {'cuDNN ms':>8} | " +
           " ".join(f"{x:>15}" for x in names) + "   (time, then cuDNN time / time)")
     for a in shapes:
         c = Case.parse(a)
         cands = candidates(c, variants, lib, fa3_variants)
         med = interleaved(cands, os.environ.get("AB_ENV", "GPROJ_BWD_VARIANT"), reps)
         base = med["cudnn"]
-        print(f"{c.d:4d} {c.n:6d} {str(c.causal):>6} | {base:8.3f} | " +
+        mask = ("causal" if c.causal else "none") + (" gqa" if c.gqa else "")
+        print(f"{c.d:4d} {c.n:6d} {mask:>11} | {base:8.3f} | " +
               " ".join(f"{med[name]:7.3f} {base / med[name]:5.3f}x" for name, _, _ in cands[1:]),
               flush=True)
         if os.environ.get("KERNELS") == "1":

@@ -2,8 +2,8 @@
 call) and numerics modes, interleaved call by call in one process, so clock and thermal drift hit
 every candidate alike (separate bench/speed.py runs drift by +-5-10% per shape). Prints the median
 time of each candidate and its ratio to cuDNN's.
-Usage: python scripts/fwd_ab.py VARIANTS [d,N[,causal] ...]   e.g.  0,2  128,2048 64,16384,causal
-AB_ENV=NAME makes VARIANTS values of that switch instead (e.g. AB_ENV=GPROJ_CAUSAL_ASCENDING 0,1).
+Usage: python scripts/fwd_ab.py VARIANTS [d,N[,causal][,gqa] ...]   e.g.  0,2  128,2048 64,16384,causal
+AB_ENV=NAME makes VARIANTS values of that switch instead (e.g. AB_ENV=GPROJ_TILE_ORDER 0,2).
 AB_LIB=PATH adds "fa3 lib" and "gproj lib": the same call through another build of the extension
 (e.g. the previous commit's .so), interleaved with the others."""
 import os
@@ -22,7 +22,7 @@ def main():
     lib = with_library(os.environ["AB_LIB"]) if os.environ.get("AB_LIB") else None
     names = [x for m in ("fa3", "gproj")
              for x in [f"{m} v{v}" for v in variants] + ([f"{m} lib"] if lib else [])]
-    print(f"{'d':>4} {'N':>6} {'causal':>6} | {'cuDNN ms':>8} | " + " ".join(f"{x:>14}" for x in names))
+    print(f"{'d':>4} {'N':>6} {'mask':>11} | {'cuDNN ms':>8} | " + " ".join(f"{x:>14}" for x in names))
     for a in shapes:
         c = Case.parse(a)
         d, n, causal = c.d, c.n, c.causal
@@ -37,7 +37,8 @@ def main():
                     q, k, v, None, None, n, n, s, -1, wr, m))))
         med = interleaved(cands, os.environ.get("AB_ENV", "GPROJ_FWD_VARIANT"), reps)
         base = med["cudnn"]
-        print(f"{d:4d} {n:6d} {str(causal):>6} | {base:8.3f} | " +
+        mask = ("causal" if causal else "none") + (" gqa" if c.gqa else "")
+        print(f"{d:4d} {n:6d} {mask:>11} | {base:8.3f} | " +
               " ".join(f"{med[name]:7.3f} {base / med[name]:5.3f}x" for name, _, _ in cands[1:]),
               flush=True)
 

@@ -488,6 +488,39 @@ def test_backward_given_the_forwards_key_shift_is_bitwise_the_same(d, hopper):
     assert torch.ops.gproj.attention(*args, "fa3")[3].shape == (0,)
 
 
+@pytest.mark.parametrize("numerics", ["gproj", "fa3"])
+@pytest.mark.parametrize("d", HDIMS)
+def test_causal_tile_orders_compute_the_same(d, numerics, monkeypatch):
+    """The Hopper kernels' causal block orders (GPROJ_TILE_ORDER; grid_tile in tile.cuh) must
+    each give every tile to one block exactly once: the default's every-pair's-longest-first
+    order of small grids (here the forward's 17 x 21 and the KV-outer pass's 17 x 9 blocks; the
+    Q-outer pass's larger grids go pair after pair) and shortest first, against order 2 (pair
+    after pair, the order of sessions 8-11): the forward and the deterministic backwards
+    bitwise, dQ summed by atomics (fa3 mode, gproj at d=256) within its reordering noise,
+    NaN-poisoned outputs all written."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("needs a Hopper GPU")
+    g = torch.Generator(device=DEV).manual_seed(7 * d + len(numerics))
+    cases = ((rand(3, 2100, 7, d, g=g), rand(3, 2100, 7, d, g=g), rand(3, 2100, 7, d, g=g)),
+             (rand(3, 2100, 6, d, g=g), rand(3, 2100, 3, d, g=g), rand(3, 2100, 3, d, g=g)))
+    for q, k, v in cases:
+        do = rand(*q.shape, g=g)
+        got = {}
+        for order in ("2", "0", "1"):
+            monkeypatch.setenv("GPROJ_TILE_ORDER", order)
+            got[order] = run_kernels(q, k, v, do, numerics=numerics, causal=True)
+        exact = numerics == "gproj" and d != 256  # (dQ without atomics)
+        for order in ("0", "1"):
+            for i, name in enumerate(("out", "lse", "dq", "dk", "dv", "dk32")):
+                a, b = got[order][i], got["2"][i]
+                assert not torch.isnan(a).any(), f"order {order}, {name}: unwritten values"
+                if name != "dq" or exact:
+                    assert torch.equal(a, b), f"order {order}, {name}: differs from order 2"
+                else:
+                    diff = (a.double() - b.double()).norm() / b.double().norm()
+                    assert diff < 2e-3, f"order {order}, {name}: {diff:.2e} from order 2"
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "fp16"])
 @pytest.mark.parametrize("d", HDIMS)
 def test_cuda_key_centering_equals_reference(dtype, d):

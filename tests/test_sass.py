@@ -1,6 +1,6 @@
 """The machine code of the built extension (issue 9): every Hopper kernel issues warpgroup GEMMs
 (HGMMA) and loads by TMA, and no default Hopper kernel touches local memory (no register spills)
-but the one in KNOWN_SPILLING_DEFAULTS, kept for a measured reason. (The mma.sync kernels, the
+but those in KNOWN_SPILLING_DEFAULTS, kept for a measured reason. (The mma.sync kernels, the
 sm_80 design that also runs the fp16-gproj and deterministic backward on Hopper, are outside
 this: some spill 4-48 bytes, listed in bench/results/sass.md.) Reads the SASS with cuobjdump +
 nvdisasm (scripts/sass_check.py); CI installs them from the nvidia-cuda-cuobjdump and
@@ -19,7 +19,10 @@ import sass_check  # noqa: E402
 # known to spill (bench/NOTES.md): forward 176-key tiles (variant 4), persistent d = 256
 # (variant 3) and P through shared memory at d = 64 (variants 6, 7); the gproj KV-outer pass
 # with dQ inside (variant 4 with two parts of A) and with three consumer warpgroups (variant 5);
-# the Q-outer pass with 128-key tiles (variant 8).
+# the Q-outer pass with 128-key tiles (variant 8); since session 12 (the block coordinates of
+# tile_grid / grid_tile, no longer plain blockIdx reads, and the dQ writer warp) also 8-24 bytes
+# in fa3 mode's 64-row d = 64 pass (variant 9) and the d = 256 gproj pass with dK from two parts
+# of A (variants 3, 4, 6).
 KNOWN_SPILLING_VARIANTS = (
     "FwdTraits<{t}, 128, 176,",
     "FwdTraits<{t}, 256, 64, 2, true, true,",
@@ -30,16 +33,23 @@ KNOWN_SPILLING_VARIANTS = (
     "BwdKvTraits<{t}, 64, true, 2, false, 3, 64>",
     "BwdKvTraits<{t}, 64, true, 3, false, 3, 64>",
     "LambdaTraits<{t}, 64, 128, 2, true>",
+    "BwdKvTraits<{t}, 64, false, 3, true, 2, 64>",
+    "BwdKvSplitTraits<{t}, 256, true, 2>",
 )
 # Two default kernels spill, by choice: the KV-outer pass at d = 64 with 128-row query tiles
 # (FlashAttention-3's 128 x 128 tile there) keeps S^T, dP^T, dK and dV (192 registers) live through
 # the elementwise pass and spills loop invariants (thread coordinates, addresses): fa3 mode ~50
 # bytes (~12 local loads per tile, L1 hits), gproj ~20. Measured faster than the same pass with
 # fewer rows and no spill (bench/NOTES.md, session 11): fa3 mode 4-11% against 64 rows
-# (GPROJ_BWD_VARIANT=9), gproj 1.3-5.6% against 96 (GPROJ_BWD_VARIANT=10).
+# (GPROJ_BWD_VARIANT=9), gproj 1.3-5.6% against 96 (GPROJ_BWD_VARIANT=10); session 12's block
+# coordinates (grid_tile) add 8 bytes to each. A third since session 12: fa3 mode's d = 128 pass,
+# whose producer warpgroup also holds the dQ writer warp within its 24 registers; the producer
+# thread spills 16 bytes (~6 local loads per query tile, L1 hits, off the consumers' path); the
+# writer measured 2-4% faster for the whole fa3 backward (bench/NOTES.md, session 12).
 KNOWN_SPILLING_DEFAULTS = (
     "BwdKvTraits<{t}, 64, false, 3, true, 2, 128>",
     "BwdKvTraits<{t}, 64, true, 1, false, 2, 128>",
+    "BwdKvTraits<{t}, 128, false, 3, true, 2, 64>",
 )
 
 

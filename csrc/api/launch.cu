@@ -83,6 +83,17 @@ int device_arch(int device) {
   return cache[device];
 }
 
+// The device's SM count (cached): sizes the causal tile order's sections (grid_tile).
+int device_sm_count(int device) {
+  static std::mutex mu;
+  static int cache[64] = {0};
+  std::lock_guard<std::mutex> lock(mu);
+  if (device < 0 || device >= 64) fail("device index %d out of range", device);
+  if (cache[device] == 0)
+    check_cuda(cudaDeviceGetAttribute(&cache[device], cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+  return cache[device];
+}
+
 void validate_common(const AttnParams& p) {
   if (p.dtype != int(DType::kBF16) && p.dtype != int(DType::kFP16)) fail("dtype code %d: expected bf16 (0) or fp16 (1)", p.dtype);
   if (p.numerics != int(Numerics::kGProj) && p.numerics != int(Numerics::kFA3)) fail("numerics code %d: expected gproj (0) or fa3 (1)", p.numerics);
@@ -176,7 +187,8 @@ int run_forward(const AttnParams& p, char* err, size_t err_len) {
     if (p.k_center_flags && !p.k_centered) fail("k_center_flags without k_centered");
     AttnParams q = p;
     q.arch = device_arch(p.device);
-    q.causal_ascending = causal_ascending();
+    q.tile_order = tile_order();
+    q.num_sms = device_sm_count(p.device);
     dispatch(q, [&](auto t, auto d) {
       using T = decltype(t);
       constexpr int D = decltype(d)::value;
@@ -267,7 +279,8 @@ int run_backward(const AttnParams& p, char* err, size_t err_len) {
     if (gproj && pass_kv) require_ptr(p.q_shift, "q_shift");
     if (p.dk_accum % 16) fail("dk_accum must be 16-byte aligned");
     AttnParams q = p;
-    q.causal_ascending = causal_ascending();
+    q.tile_order = tile_order();
+    q.num_sms = device_sm_count(p.device);
     dispatch(q, [&](auto t, auto d) {
       using T = decltype(t);
       constexpr int D = decltype(d)::value;

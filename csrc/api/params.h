@@ -66,9 +66,12 @@ struct AttnParams {
   // Extra shift of the mask's diagonal: query i sits at key position i + (nk - nq) + diag_shift.
   // A query chunk at global position oq against a key chunk at ok: diag_shift = oq - ok - nk + nq.
   int diag_shift = 0;
-  // Set by the dispatcher (GPROJ_CAUSAL_ASCENDING, csrc/api/variants.h): the sm90 forward and the
-  // Q-outer backward pass take causal query tiles in ascending order instead of longest first.
-  int causal_ascending = 0;
+  // Set by the dispatcher: the order in which one-tile sm90 blocks take their tiles under a
+  // causal-like mask (GPROJ_TILE_ORDER, csrc/api/variants.h; tile_grid / grid_tile in
+  // csrc/common/tile.cuh) and the device's SM count; by each sm90 launch: its grid's layout.
+  int tile_order = 0;
+  int num_sms = 0;
+  int grid_rank_major = 0;
   // Backward passes to run: 1 = dQ pass, 2 = dK/dV pass, 3 = both; 4 = the Hopper λ pre-pass
   // alone (experimental, writes rowstate; csrc/backward/bwd_lambda_sm90.cuh); 8 = the Hopper
   // backward (pre-pass, KV-outer pass with dQ summed into dq_accum / pk_accum, dQ finish;

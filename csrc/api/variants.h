@@ -28,12 +28,16 @@ inline int fwd_variant() {
 #endif
 }
 
-// GPROJ_CAUSAL_ASCENDING=1: under a causal mask, the non-persistent sm90 forward and the Q-outer
-// backward pass start their query tiles in ascending order (the order before session 8) instead
-// of longest first (A/B runs).
-inline int causal_ascending() {
-  const char* v = std::getenv("GPROJ_CAUSAL_ASCENDING");
-  return v != nullptr && v[0] == '1' ? 1 : 0;
+// GPROJ_TILE_ORDER (A/B runs): the order of the one-tile sm90 blocks (the non-persistent forward,
+// the backward passes) under a causal-like mask (grid_tile, csrc/common/tile.cuh):
+//   0 or unset: longest first within each pair, pair after pair; grids of at most four waves
+//      take every pair's longest tile first (session 12);
+//   1: shortest first within each pair (the forward's and the Q-outer pass's order before
+//      session 8);
+//   2: longest first within each pair, pair after pair, at every grid size (sessions 8-11).
+inline int tile_order() {
+  const char* v = std::getenv("GPROJ_TILE_ORDER");
+  return v != nullptr && (v[0] == '1' || v[0] == '2') && v[1] == '\0' ? v[0] - '0' : 0;
 }
 
 // GPROJ_BWD_VARIANT for A/B runs of the gproj Hopper backward (fa3 mode: only variant 9):

@@ -85,6 +85,15 @@ struct BwdKvTraits {
                 "query tiles: 64 or 128 rows with dQ here, else a multiple of 32");
   static_assert(kBlockM == 64 || !(kDqHere_ && kGProj_), "gproj with dQ here: 64-row tiles");
   static constexpr int kDqSubTiles = kBlockM / 64;  // dq_accum tiles per query tile (kDqHere)
+  static constexpr int kDqHalf = 64 * kHeadDim_ / 2;  // floats: a warpgroup's half of a 64-row tile
+  // kDqHere: the bulk reduce-adds of dQ are issued, and waited for, by a warp of the producer
+  // warpgroup (FlashAttention-3's dQ writer), so a consumer warpgroup only waits where its
+  // staging buffer is still being read (ncu, session 11: the consumers' own wait and barriers
+  // were 12% of the pass's samples at d = 128). The writer lives within the producer
+  // warpgroup's 24 registers: the block is launched with 384 x 168 registers and the consumers'
+  // setmaxnreg.inc to 240 only takes what the producer released, 24 + 2 x 240 = 3 x 168 exactly
+  // (session 11's first try gave the producer 32 and the consumers waited for registers forever).
+  static constexpr int kProducerRegs = 24;
   // P computed from S while dP is still on the tensor cores (wait for S only; FlashAttention-3's
   // order). Measured (session 11, interleaved A/B): 1.3-1.7% faster for fa3 at d = 64; at d = 128
   // fa3 0 to +1.6%, gproj d = 64 +1.5 to +3% (with the same change in its Q-outer pass), so only
@@ -206,7 +215,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   using PipelineState = typename Traits::PipelineState;
   const AttnParams& p = prm.p;
 
-  const int n_block = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
+  // (causal: the first key blocks, which the most query tiles see, first; grid_tile)
+  const GridTile gt = grid_tile(p, /*longest_last=*/false);
+  const int n_block = gt.tile, hk = gt.head, b = gt.batch;
   const SeqBounds seq(p, b);
   const int n0 = n_block * kBlockN;
   if (n0 >= seq.nk) return;  // uniform for the block, before any barrier
@@ -260,11 +271,53 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 
   if (wg == 0) {
     // ---------------- producer: K, V once; Q, dO (Q') per query tile ----------------
-    cutlass::arch::warpgroup_reg_dealloc<24>();
+    cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
     if (threadIdx.x == 0 && n_items > 0)
       produce_kv_pass_tiles<kGProj, kBlockM, kBlockN, kHeadDim>(prm, p, seq, b, bq, hk, n_block, n_items,
                                                            item_head, item_tile, sK, sV, sQ, sDO,
                                                            sQc, ss.barrier_kv, pipe_q);
+    if constexpr (Traits::kDqHere) {
+      // ---------------- dQ writer (warp 1): dq_accum += each staged dQ tile ----------------
+      // Per item: for each consumer warpgroup w in turn, wait until w has staged its half and
+      // add it to the tile's slot of dq_accum with one bulk reduce-add per 64-row tile (one bulk
+      // group per w; a 128-row tile's second one skipped past the sequence's last tile: its rows
+      // are all zero, dS~ being zero there); then, in the same order, wait until the copy engine
+      // has read each buffer and free it for w's next tile (not after the last item: no arrive
+      // is left pending). Both buffers start free.
+      static_assert(Traits::kMmaWGs == 2, "the dQ writer serves two consumer warpgroups");
+      constexpr int kSub = Traits::kDqSubTiles, kHalf = Traits::kDqHalf;
+      if (threadIdx.x / 32 == 1 && n_items > 0) {
+        const bool leader = threadIdx.x == 32;
+        dq_free_arrive(0);
+        dq_free_arrive(1);
+        for (int it = 0; it < n_items; ++it) {
+          const int h = item_head(it), mb = item_tile(it);
+          CUTLASS_PRAGMA_UNROLL
+          for (int w = 0; w < 2; ++w) {
+            dq_staged_wait(w);
+            if (leader) {
+              const float* sdq = ss.dq_tiles.dq.data() + w * (kSub * kHalf);
+              CUTLASS_PRAGMA_UNROLL
+              for (int sub = 0; sub < kSub; ++sub) {
+                const int tile = mb * kSub + sub;
+                if (sub > 0 && tile * 64 >= seq.nq) break;
+                float* g = reinterpret_cast<float*>(p.dq_accum) +
+                           (int64_t(h) * dq_accum_tiles(p) + dq_tile_base(p, b, seq.q_start) + tile) *
+                               (64 * kHeadDim) + w * kHalf;
+                bulk_reduce_add_f32(g, sdq + sub * kHalf, kHalf * int(sizeof(float)));
+              }
+              cute::tma_store_arrive();  // commit w's bulk group
+            }
+          }
+          if (leader) cute::tma_store_wait<1>();  // warpgroup 0's group has read its buffer
+          __syncwarp();
+          if (it + 1 < n_items) dq_free_arrive(0);
+          if (leader) cute::tma_store_wait<0>();  // ... and warpgroup 1's
+          __syncwarp();
+          if (it + 1 < n_items) dq_free_arrive(1);
+        }
+      }
+    }
     return;
   }
 
@@ -549,10 +602,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         const int lane128 = tid & 127;
         constexpr int kSub = Traits::kDqSubTiles;
         constexpr int kSubVals = decltype(size(tdQrdQ))::value / kSub;  // values per 64-row tile
-        constexpr int kHalf = 64 * kHeadDim / 2;  // one warpgroup's half of a 64-row tile
+        constexpr int kHalf = Traits::kDqHalf;  // one warpgroup's half of a 64-row tile
         float* sdq = ss.dq_tiles.dq.data() + w * (kSub * kHalf);
-        if (lane128 == 0) cute::tma_store_wait<0>();  // the previous tile's reduce has read sdq
-        wg_sync(w);
+        dq_free_wait(w);  // the writer's reduce-add of the previous tile has read sdq
         CUTLASS_PRAGMA_UNROLL
         for (int i = 0; i < size(tdQrdQ); i += 4) {
           float4 x = make_float4(tdQrdQ(i), tdQrdQ(i + 1), tdQrdQ(i + 2), tdQrdQ(i + 3));
@@ -566,21 +618,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
                                      dq_accum_offset(0, kHeadDim, i % kSubVals, lane128)) = x;
         }
         cutlass::arch::fence_view_async_shared();  // generic writes -> the copy engine's reads
-        wg_sync(w);
-        if (lane128 == 0) {
-          CUTLASS_PRAGMA_UNROLL
-          for (int sub = 0; sub < kSub; ++sub) {
-            // (a second 64-row tile past the sequence's last is not the sequence's: its rows are
-            // all zero, dS~ being zero there, and it is skipped)
-            const int tile = mb * kSub + sub;
-            if (sub > 0 && tile * 64 >= seq.nq) break;
-            float* g = reinterpret_cast<float*>(p.dq_accum) +
-                       (int64_t(h) * dq_accum_tiles(p) + dq_tile_base(p, b, seq.q_start) + tile) *
-                           (64 * kHeadDim) + w * kHalf;
-            bulk_reduce_add_f32(g, sdq + sub * kHalf, kHalf * int(sizeof(float)));
-          }
-          cute::tma_store_arrive();  // commit the bulk group
-        }
+        dq_staged_arrive(w);  // the writer warp adds it to dq_accum
         // 128-row tiles: dK waited for here (it ran under the dQ staging), so that dS~'s 32
         // registers are free before the next tile's S and dP (64 + 64): 52 bytes of spill
         // instead of 64.
@@ -609,7 +647,6 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     if constexpr (!Traits::kDqHere) {
       if (w == 0) turn_wait(w);  // the last consumer's last pass
     }
-    if ((tid & 127) == 0) cute::tma_store_wait<0>();  // shared memory outlives the last reduce
   }
 
   // ---------------- epilogue: dK = alpha dK, dV, rows past the end dropped ----------------
@@ -687,8 +724,9 @@ void run_bwd_kv(const AttnParams& p, int total_q, int total_k) {
   prm.tma_qc = kGProj ? tma_q(p.q_centered, p.qc_stride) : prm.tma_q;
   auto kernel = bwd_kv_sm90_kernel<Traits>;
   const int smem = Traits::kSmemBytes;
-  const dim3 grid((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, p.heads_k, p.batch);
-  if (grid.x == 0) return;
+  const int tiles = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
+  if (tiles == 0) return;
+  const dim3 grid = tile_grid(prm.p, tiles, p.heads_k, p.batch);
   launch_sm90(kernel, grid, Traits::kNumThreads, smem, prm, p, "KV-outer backward (sm90)");
 }
 

@@ -161,7 +161,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   using PipelineState = typename Traits::PipelineState;
   const AttnParams& p = prm.p;
 
-  const int n_block = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
+  // (causal: the first key blocks, which the most query tiles see, first; grid_tile)
+  const GridTile gt = grid_tile(p, /*longest_last=*/false);
+  const int n_block = gt.tile, hk = gt.head, b = gt.batch;
   const SeqBounds seq(p, b);
   const int n0 = n_block * kBlockN;
   if (n0 >= seq.nk) return;  // uniform for the block, before any barrier
@@ -533,8 +535,9 @@ void run_bwd_kv_split(const AttnParams& p, int total_q, int total_k) {
   BwdKvSplitParams<Traits> prm;
   set_kv_pass_tmas<Traits>(prm, p, total_q, total_k);
   auto kernel = bwd_kv_split_sm90_kernel<Traits>;
-  const dim3 grid((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, p.heads_k, p.batch);
-  if (grid.x == 0) return;
+  const int tiles = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
+  if (tiles == 0) return;
+  const dim3 grid = tile_grid(prm.p, tiles, p.heads_k, p.batch);
   launch_sm90(kernel, grid, Traits::kNumThreads, Traits::kSmemBytes, prm, p,
               "KV-outer backward, head dim split (sm90)");
 }

@@ -108,11 +108,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   using PipelineState = typename Traits::PipelineState;
   const AttnParams& p = prm.p;
 
-  // Causal: the last query tiles see the most keys; they start first, so that the grid's last
-  // wave is made of short tiles (blocks are dispatched in blockIdx.x order).
-  const bool longest_first = p.window_right >= 0 && !p.causal_ascending;
-  const int m_block = longest_first ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
-  const int h = blockIdx.y, b = blockIdx.z;
+  // (causal: the longest query tiles first, grid_tile)
+  const GridTile gt = grid_tile(p, /*longest_last=*/true);
+  const int m_block = gt.tile, h = gt.head, b = gt.batch;
   const SeqBounds seq(p, b);
   const int m0 = m_block * kBlockM;
   if (m0 >= seq.nq) return;  // uniform for the block, before any barrier
@@ -478,8 +476,9 @@ void run_lambda_prepass(const AttnParams& p, int total_q, int total_k) {
   prm.tma_v = make_tma_kv<Traits>(p.v, prm.rows_k, p.heads_k, prm.batch_q, p.v_stride, varlen);
   auto kernel = lambda_sm90_kernel<Traits>;
   const int smem = Traits::kSmemBytes;
-  const dim3 grid((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.heads, p.batch);
-  if (grid.x == 0) return;
+  const int tiles = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
+  if (tiles == 0) return;
+  const dim3 grid = tile_grid(prm.p, tiles, p.heads, p.batch);
   launch_sm90(kernel, grid, Traits::kNumThreads, smem, prm, p,
               kDq ? "lambda and dQ pass (sm90)" : "lambda pre-pass (sm90)");
 }

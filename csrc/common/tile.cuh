@@ -40,6 +40,49 @@ __device__ __forceinline__ bool reads_centered_queries(const AttnParams& p, int 
          reinterpret_cast<const int*>(p.q_center_flags)[int64_t(b) * p.heads + h] != 0;
 }
 
+// Which tile, head and batch each one-tile block of an sm90 pass runs (host: tile_grid; device:
+// grid_tile). Blocks start in linear blockIdx order (x fastest). Under a causal-like mask
+// (window_right >= 0) the tiles of a (sequence, head) pair differ in length, up to the pair's
+// whole range, and whatever long tiles start last set the grid's end while the other SMs idle.
+// Pair after pair, each pair's longest tile first (grid (tiles, heads, batch)), the long tiles
+// are spread over the grid; that is enough where the grid is many waves long, and measured 1-2%
+// faster there than taking every pair's longest tile first (session 12: more pairs' K/V or Q/dO
+// in flight at once). A grid of at most kGlobalWaves waves (GQA's KV-outer pass: a block per kv
+// head, eight query heads long) takes every pair's longest tile first, then the next longest,
+// ... (grid (heads, batch, tiles): rank-major): -9 to -12% for the causal GQA backward at N = 4k,
+// where pair after pair left long blocks for the second wave (bench/NOTES.md, session 12). Both
+// layouts keep the coordinates in blockIdx, which the kernels re-read where they need them
+// instead of holding decoded values in registers across their loops (that spilled).
+// tile_order 2: pair after pair at every size; 1: shortest first within each pair. Without
+// such a mask: grid order.
+constexpr int kGlobalWaves = 4;
+
+// Host: the grid of a pass with `tiles` tiles per (head, batch) pair; sets p.grid_rank_major
+// (p: the launch's own copy of the parameters).
+inline dim3 tile_grid(AttnParams& p, int tiles, int heads, int batch) {
+  const int sms = p.num_sms > 0 ? p.num_sms : 132;
+  p.grid_rank_major = p.window_right >= 0 && p.tile_order == 0 &&
+                      int64_t(tiles) * heads * batch <= int64_t(kGlobalWaves) * sms;
+  return p.grid_rank_major ? dim3(heads, batch, tiles) : dim3(tiles, heads, batch);
+}
+
+struct GridTile {
+  int tile, head, batch;
+};
+// longest_last: tile index tiles - 1 is a pair's longest (Q-outer: the last query tiles see the
+// most keys), else index 0 (KV-outer: the first keys are seen by the most queries).
+__device__ __forceinline__ GridTile grid_tile(const AttnParams& p, bool longest_last) {
+  if (p.grid_rank_major) {
+    const int rank = int(blockIdx.z), tiles = int(gridDim.z);
+    return {longest_last ? tiles - 1 - rank : rank, int(blockIdx.x), int(blockIdx.y)};
+  }
+  const int tiles = int(gridDim.x);
+  int rank = int(blockIdx.x);  // 0 = a pair's longest tile
+  if (p.window_right < 0) return {rank, int(blockIdx.y), int(blockIdx.z)};
+  if (p.tile_order == 1) rank = tiles - 1 - rank;
+  return {longest_last ? tiles - 1 - rank : rank, int(blockIdx.y), int(blockIdx.z)};
+}
+
 // Bottom-right aligned band mask of FlashAttention-3: query i sees key j iff
 // j < nk, j <= i + off + right (right >= 0) and j >= i + off - left (left >= 0), with
 // off = nk - nq + shift (shift != 0 only for chunk pairs of context parallelism).

@@ -167,11 +167,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       return decode_tile(t, prm.num_m_blocks, p.heads, pairs, prm.sched_group,
                          p.window_right >= 0);
     } else {
-      // Under a causal mask the last query tiles see the most keys: dispatched first, so that
-      // the grid's last wave is made of short tiles (blocks start in blockIdx.x order).
-      const bool longest_first = p.window_right >= 0 && !p.causal_ascending;
-      const int mb = longest_first ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
-      return {mb, int(blockIdx.y), int(blockIdx.z)};
+      // (causal: the longest query tiles first, grid_tile)
+      const GridTile gt = grid_tile(p, /*longest_last=*/true);
+      return {gt.tile, gt.head, gt.batch};
     }
   };
   auto q_buffer = [&](int i) {
@@ -628,8 +626,9 @@ void run_forward(const AttnParams& p, int total_q, int total_k) {
   auto kernel = fwd_sm90_kernel<Traits, kGProj>;
   const int smem = Traits::kSmemBytes;
   prm.num_m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
-  dim3 grid(prm.num_m_blocks, p.heads, p.batch);
-  if (grid.x == 0) return;
+  if (prm.num_m_blocks == 0) return;
+  dim3 grid = Traits::kPersistent ? dim3(prm.num_m_blocks, p.heads, p.batch)
+                                  : tile_grid(prm.p, prm.num_m_blocks, p.heads, p.batch);
   prm.sched_group = 1;
   if constexpr (Traits::kPersistent) {
     int sms = 0, l2 = 0;

@@ -83,7 +83,7 @@ int device_arch(int device) {
   return cache[device];
 }
 
-// The device's SM count (cached): sizes the causal tile order's sections (grid_tile).
+// The device's SM count (cached): whether a causal grid is a few waves long (tile_grid).
 int device_sm_count(int device) {
   static std::mutex mu;
   static int cache[64] = {0};

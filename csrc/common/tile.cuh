@@ -50,9 +50,10 @@ __device__ __forceinline__ bool reads_centered_queries(const AttnParams& p, int 
 // in flight at once). A grid of at most kGlobalWaves waves (GQA's KV-outer pass: a block per kv
 // head, eight query heads long) takes every pair's longest tile first, then the next longest,
 // ... (grid (heads, batch, tiles): rank-major): -9 to -12% for the causal GQA backward at N = 4k,
-// where pair after pair left long blocks for the second wave (bench/NOTES.md, session 12). Both
-// layouts keep the coordinates in blockIdx, which the kernels re-read where they need them
-// instead of holding decoded values in registers across their loops (that spilled).
+// where pair after pair left long blocks for the second wave (bench/NOTES.md, session 12). The
+// choice costs registers all the same: ptxas re-reads a plain blockIdx coordinate where it needs
+// one, but holds these selected ones across the kernels' loops (8-24 more bytes of spill in four
+// backward kernels; tests/test_sass.py).
 // tile_order 2: pair after pair at every size; 1: shortest first within each pair. Without
 // such a mask: grid order.
 constexpr int kGlobalWaves = 4;

@@ -21,8 +21,8 @@ import sass_check  # noqa: E402
 # with dQ inside (variant 4 with two parts of A) and with three consumer warpgroups (variant 5);
 # the Q-outer pass with 128-key tiles (variant 8); since session 12 (the block coordinates of
 # tile_grid / grid_tile, no longer plain blockIdx reads, and the dQ writer warp) also 8-24 bytes
-# in fa3 mode's 64-row d = 64 pass (variant 9) and the d = 256 gproj pass with dK from two parts
-# of A (variants 3, 4, 6).
+# in fa3 mode's 64-row d = 64 pass (variant 9), gproj's d = 64 pass with dQ inside (variant 4)
+# and the d = 256 gproj pass with dK from two parts of A (variants 3, 4, 6).
 KNOWN_SPILLING_VARIANTS = (
     "FwdTraits<{t}, 128, 176,",
     "FwdTraits<{t}, 256, 64, 2, true, true,",
@@ -34,6 +34,7 @@ KNOWN_SPILLING_VARIANTS = (
     "BwdKvTraits<{t}, 64, true, 3, false, 3, 64>",
     "LambdaTraits<{t}, 64, 128, 2, true>",
     "BwdKvTraits<{t}, 64, false, 3, true, 2, 64>",
+    "BwdKvTraits<{t}, 64, true, 2, true, 2, 64>",
     "BwdKvSplitTraits<{t}, 256, true, 2>",
 )
 # Two default kernels spill, by choice: the KV-outer pass at d = 64 with 128-row query tiles

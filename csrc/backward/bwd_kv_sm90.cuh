@@ -16,7 +16,9 @@
 //   dQ   = dS~ K                            WGMMA from shared memory (dS~ written there by both
 //                                           warpgroups; each computes half of the head dim)
 //   dq_accum += dQ                          bulk reduce-add of each warpgroup's half from shared
-//                                           memory (order varies: not deterministic)
+//                                           memory, issued and waited for by a dQ writer warp of
+//                                           the producer warpgroup (order varies: not
+//                                           deterministic)
 // fa3: 5 GEMM-equivalents per (query tile, key tile), as FlashAttention-3.
 // gproj (SPEC section 3, the arithmetic of the mma.sync passes and reference.py): delta, lambda
 // = r / s (fp64 row sums of exactly the rounded dS~, P~ the GEMMs consume) and dQ come from the

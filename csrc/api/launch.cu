@@ -68,30 +68,41 @@ void require_strides(const int64_t (&s)[3], const char* name, bool varlen) {
   }
 }
 
-// 10 * major + minor of the device's compute capability (cached).
-int device_arch(int device) {
+// What the dispatch needs to know of a device (cached): compute capability as 10 * major +
+// minor, SM count (tile_grid's small-grid order, the persistent forward's grid) and L2 size (the
+// persistent forward's scheduling groups).
+struct DeviceProps {
+  int arch = 0, sms = 0, l2_bytes = 0;
+};
+DeviceProps device_props(int device) {
   static std::mutex mu;
-  static int cache[64] = {0};
+  static DeviceProps cache[64];
   std::lock_guard<std::mutex> lock(mu);
   if (device < 0 || device >= 64) fail("device index %d out of range", device);
-  if (cache[device] == 0) {
+  DeviceProps& d = cache[device];
+  if (d.arch == 0) {
     int major = 0, minor = 0;
     check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
     check_cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "cudaDeviceGetAttribute");
-    cache[device] = 10 * major + minor;
+    check_cuda(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+    check_cuda(cudaDeviceGetAttribute(&d.l2_bytes, cudaDevAttrL2CacheSize, device), "cudaDeviceGetAttribute");
+    d.arch = 10 * major + minor;
   }
-  return cache[device];
+  return d;
 }
 
-// The device's SM count (cached): whether a causal grid is a few waves long (tile_grid).
-int device_sm_count(int device) {
-  static std::mutex mu;
-  static int cache[64] = {0};
-  std::lock_guard<std::mutex> lock(mu);
-  if (device < 0 || device >= 64) fail("device index %d out of range", device);
-  if (cache[device] == 0)
-    check_cuda(cudaDeviceGetAttribute(&cache[device], cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-  return cache[device];
+int device_arch(int device) { return device_props(device).arch; }
+
+// The launch's copy of the parameters with what the dispatcher sets: the device's properties and
+// the A/B switches the kernels read.
+AttnParams dispatched(const AttnParams& p) {
+  const DeviceProps d = device_props(p.device);
+  AttnParams q = p;
+  q.arch = d.arch;
+  q.num_sms = d.sms;
+  q.l2_bytes = d.l2_bytes;
+  q.tile_order = tile_order();
+  return q;
 }
 
 void validate_common(const AttnParams& p) {
@@ -185,10 +196,7 @@ int run_forward(const AttnParams& p, char* err, size_t err_len) {
     if (p.k_centered) require_ptr(p.k_centered, "k_centered");
     if (p.k_centered) require_strides(p.kc_stride, "k_centered", p.cu_seqlens_q != 0);
     if (p.k_center_flags && !p.k_centered) fail("k_center_flags without k_centered");
-    AttnParams q = p;
-    q.arch = device_arch(p.device);
-    q.tile_order = tile_order();
-    q.num_sms = device_sm_count(p.device);
+    const AttnParams q = dispatched(p);
     dispatch(q, [&](auto t, auto d) {
       using T = decltype(t);
       constexpr int D = decltype(d)::value;
@@ -278,9 +286,7 @@ int run_backward(const AttnParams& p, char* err, size_t err_len) {
     require_ptr(p.rowstate, "rowstate");  // (16-byte aligned: float4 per row)
     if (gproj && pass_kv) require_ptr(p.q_shift, "q_shift");
     if (p.dk_accum % 16) fail("dk_accum must be 16-byte aligned");
-    AttnParams q = p;
-    q.tile_order = tile_order();
-    q.num_sms = device_sm_count(p.device);
+    const AttnParams q = dispatched(p);
     dispatch(q, [&](auto t, auto d) {
       using T = decltype(t);
       constexpr int D = decltype(d)::value;

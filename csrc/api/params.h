@@ -68,9 +68,10 @@ struct AttnParams {
   int diag_shift = 0;
   // Set by the dispatcher: the order in which one-tile sm90 blocks take their tiles under a
   // causal-like mask (GPROJ_TILE_ORDER, csrc/api/variants.h; tile_grid / grid_tile in
-  // csrc/common/tile.cuh) and the device's SM count; by each sm90 launch: its grid's layout.
+  // csrc/common/tile.cuh), the device's SM count and L2 size; by each sm90 launch: its grid's
+  // layout.
   int tile_order = 0;
-  int num_sms = 0;
+  int num_sms = 0, l2_bytes = 0;
   int grid_rank_major = 0;
   // Backward passes to run: 1 = dQ pass, 2 = dK/dV pass, 3 = both; 4 = the Hopper λ pre-pass
   // alone (experimental, writes rowstate; csrc/backward/bwd_lambda_sm90.cuh); 8 = the Hopper

@@ -92,10 +92,7 @@ struct BwdKvTraits {
   // warpgroup (FlashAttention-3's dQ writer), so a consumer warpgroup only waits where its
   // staging buffer is still being read (ncu, session 11: the consumers' own wait and barriers
   // were 12% of the pass's samples at d = 128). The writer lives within the producer
-  // warpgroup's 24 registers: the block is launched with 384 x 168 registers and the consumers'
-  // setmaxnreg.inc to 240 only takes what the producer released, 24 + 2 x 240 = 3 x 168 exactly
-  // (session 11's first try gave the producer 32 and the consumers waited for registers forever).
-  static constexpr int kProducerRegs = 24;
+  // warpgroup's 24 registers (see the kernel's setmaxnreg).
   // P computed from S while dP is still on the tensor cores (wait for S only; FlashAttention-3's
   // order). Measured (session 11, interleaved A/B): 1.3-1.7% faster for fa3 at d = 64; at d = 128
   // fa3 0 to +1.6%, gproj d = 64 +1.5 to +3% (with the same change in its Q-outer pass), so only
@@ -273,7 +270,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 
   if (wg == 0) {
     // ---------------- producer: K, V once; Q, dO (Q') per query tile ----------------
-    cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
+    // 24 registers, also with the dQ writer: the block is launched with 384 x 168 registers and
+    // the consumers' setmaxnreg.inc to 240 only takes what the producer released, 24 + 2 x 240 =
+    // 3 x 168 exactly (session 11's writer gave the producer 32: the consumers waited forever).
+    cutlass::arch::warpgroup_reg_dealloc<24>();
     if (threadIdx.x == 0 && n_items > 0)
       produce_kv_pass_tiles<kGProj, kBlockM, kBlockN, kHeadDim>(prm, p, seq, b, bq, hk, n_block, n_items,
                                                            item_head, item_tile, sK, sV, sQ, sDO,

@@ -586,18 +586,6 @@ template <int V> struct FwdTiles<256, V> {
   static constexpr bool kPvFromSmem = false;
 };
 
-// Device properties the persistent schedule needs (cached per device).
-inline void device_sm_l2(int device, int& sms, int& l2_bytes) {
-  static int cache[64][2] = {};
-  if (device >= 0 && device < 64 && cache[device][0] > 0) {
-    sms = cache[device][0], l2_bytes = cache[device][1];
-    return;
-  }
-  check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "SM count");
-  check_cuda(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device), "L2 size");
-  if (device >= 0 && device < 64) cache[device][0] = sms, cache[device][1] = l2_bytes;
-}
-
 template <typename T, int kHeadDim, bool kGProj, int kVariant = 0>
 void run_forward(const AttnParams& p, int total_q, int total_k) {
   using Tiles = FwdTiles<kHeadDim, kVariant>;
@@ -627,18 +615,19 @@ void run_forward(const AttnParams& p, int total_q, int total_k) {
   const int smem = Traits::kSmemBytes;
   prm.num_m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
   if (prm.num_m_blocks == 0) return;
-  dim3 grid = Traits::kPersistent ? dim3(prm.num_m_blocks, p.heads, p.batch)
-                                  : tile_grid(prm.p, prm.num_m_blocks, p.heads, p.batch);
+  dim3 grid;
   prm.sched_group = 1;
-  if constexpr (Traits::kPersistent) {
-    int sms = 0, l2 = 0;
-    device_sm_l2(p.device, sms, l2);
+  if constexpr (Traits::kPersistent) {  // (the dispatcher's device properties, launch.cu)
+    if (p.num_sms <= 0 || p.l2_bytes <= 0)
+      throw std::logic_error("persistent sm90 forward: num_sms / l2_bytes unset (launch.cu sets them)");
     const int64_t tiles = int64_t(prm.num_m_blocks) * p.heads * p.batch;
-    grid = dim3(unsigned(std::min<int64_t>(tiles, sms)), 1, 1);
+    grid = dim3(unsigned(std::min<int64_t>(tiles, p.num_sms)), 1, 1);
     // (sequence, head) pairs scheduled together: their K and V within half of L2.
     const int64_t kv_bytes = 2 * int64_t(std::max(p.seqlen_k, 1)) * kHeadDim * int64_t(sizeof(T));
     prm.sched_group = int(std::max<int64_t>(1, std::min<int64_t>(int64_t(p.heads) * p.batch,
-                                                                 (l2 / 2) / kv_bytes)));
+                                                                 (p.l2_bytes / 2) / kv_bytes)));
+  } else {
+    grid = tile_grid(prm.p, prm.num_m_blocks, p.heads, p.batch);
   }
   launch_sm90(kernel, grid, Traits::kNumThreads, smem, prm, p, "forward (sm90)");
 }

@@ -382,6 +382,54 @@ def test_d64_three_warpgroup_forward_is_bitwise_the_two_warpgroup_one(causal, nu
         assert row_rel_err(out3[:, :512], reference.attention(q[:, :512], k, v)) < 1e-2
 
 
+@pytest.mark.parametrize("numerics", ["gproj", "fa3"])
+@pytest.mark.parametrize("d", HDIMS)
+def test_forward_o_by_tma_and_k_ahead_are_bitwise_the_old_paths(d, numerics, monkeypatch):
+    """Since session 13 the sm90 forward's producer loads K a tile ahead of V and O leaves through
+    shared memory by TMA stores (the consumers' own stores where a store could pass the
+    sequence's end: varlen tiles that are not whole). Neither changes arithmetic: output and LSE
+    must be bitwise those of the old paths (GPROJ_FWD_AB=1, 2, 3), on a dense problem with a
+    partial last tile (causal and not), varlen sequences of whole and partial tiles, and an
+    output whose rows are not contiguous (a slice of a wider tensor)."""
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("needs a Hopper GPU")
+    g = torch.Generator(device=DEV).manual_seed(11 * d)
+    n = 1100
+    q, k, v = rand(2, n, 4, d, g=g), rand(2, n, 2, d, g=g, scale=2) + 1, rand(2, n, 2, d, g=g)
+    s = d ** -0.5
+    cu = torch.tensor([0, 256, 300, 1100], dtype=torch.int32, device=DEV)
+    qv, kv, vv = q[0, :1100], k[0, :1100], v[0, :1100]
+
+    def run():
+        outs = []
+        for wr in (-1, 0):
+            o, lse, _ = forward_cuda(q, k, v, None, None, n, n, s, -1, wr, numerics)
+            outs += [o, lse]
+        o, lse, _ = forward_cuda(qv, kv, vv, cu, cu, 800, 800, s, -1, 0, numerics)
+        outs += [o, lse]
+        # the kernel alone (uncentered keys) into a view whose rows are 2d apart: the TMA
+        # tensor's strides, not a packed tensor's
+        wide = torch.full((2, n, 4, 2 * d), float("nan"), dtype=q.dtype, device=DEV)
+        o_view = wide[..., d:]
+        rs = torch.empty(2, 4, n, dtype=torch.float32, device=DEV)
+        st = torch.empty(2, 4, n, 2, dtype=torch.float32, device=DEV)
+        p = ops._params(q, k, v, None, None, n, n, s, -1, -1, "fa3")  # (gproj needs k_shift)
+        p.out, p.o_stride = o_view.data_ptr(), ops._strides3(o_view, False)
+        p.lse, p.stats = rs.data_ptr(), st.data_ptr()
+        ops._ext.extension().forward(p)
+        outs += [wide]
+        return outs
+
+    monkeypatch.delenv("GPROJ_FWD_AB", raising=False)
+    new = run()
+    assert torch.isnan(new[-1][..., :d]).all(), "a store outside the output view"
+    assert row_rel_err(new[0][:, :256], reference.attention(q[:, :256], k, v)) < 1e-2
+    for ab in ("1", "2", "3"):
+        monkeypatch.setenv("GPROJ_FWD_AB", ab)
+        for a, b in zip(new, run()):
+            torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+
+
 @pytest.mark.parametrize("sm80", [False, True], ids=["sm90", "mma.sync"])
 @pytest.mark.parametrize("d", HDIMS)
 def test_lazy_key_centering_is_bitwise_the_full_one(d, sm80, monkeypatch):

@@ -102,6 +102,7 @@ AttnParams dispatched(const AttnParams& p) {
   q.num_sms = d.sms;
   q.l2_bytes = d.l2_bytes;
   q.tile_order = tile_order();
+  q.fwd_ab = fwd_ab();
   return q;
 }
 

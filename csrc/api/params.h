@@ -71,6 +71,7 @@ struct AttnParams {
   // csrc/common/tile.cuh), the device's SM count and L2 size; by each sm90 launch: its grid's
   // layout.
   int tile_order = 0;
+  int fwd_ab = 0;  // GPROJ_FWD_AB (csrc/api/variants.h)
   int num_sms = 0, l2_bytes = 0;
   int grid_rank_major = 0;
   // Backward passes to run: 1 = dQ pass, 2 = dK/dV pass, 3 = both; 4 = the Hopper λ pre-pass

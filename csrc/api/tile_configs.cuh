@@ -157,10 +157,21 @@ void forward_impl(const AttnParams& p) {
     // +6% / +7%, 2k -8% / -5%, 4k -11% / -7%, 8k -15% / -11%, 16k -16% / -12%; causal 1k +27%,
     // 2k +6% / +9%, 4k 0% / +3%, 8k -9% / -4%, 16k -11% / -7%. (Short or masked rows leave more
     // of a 192-row tile idle on its diagonal and in its last rows.)
+    const bool masked = p.window_left >= 0 || p.window_right >= 0;
     if constexpr (D == 64) {
-      const bool masked = p.window_left >= 0 || p.window_right >= 0;
       if (p.seqlen_q >= (masked ? 8192 : 2048)) {
         forward_sm90<T, D, 5>(p);
+        return;
+      }
+    }
+    // d = 128: persistent (variant 0), except under a mask from N = 4k, where one tile per block
+    // in the rank-major grid (variant 3) beats the persistent blocks' static round robin of
+    // tiles of unequal length: fa3 / gproj time, persistent against one-tile blocks, interleaved
+    // (bench/NOTES.md session 13): no mask 1k -4% / -3%, 2k -1% / -2%, 8k 0% / -2%; causal 2k
+    // -3.5% / -4.5%, 4k +1% / -1%, 16k +19% / +17%.
+    if constexpr (D == 128) {
+      if (masked && p.seqlen_q >= 4096) {
+        forward_sm90<T, D, 3>(p);
         return;
       }
     }

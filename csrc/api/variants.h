@@ -16,8 +16,8 @@ inline bool force_sm80() {
 // GPROJ_FWD_VARIANT=1..9: experimental sm90 forward variants for A/B measurements
 // (fwd_sm90.cuh, run_forward: no pingpong, O-rescale skipping flipped, persistence flipped,
 // kBlockN 176, three consumer warpgroups, three with P through shared memory on 192- / 160-key
-// tiles; 8: variant 0's kernel at every shape, without the d = 64 choice of three warpgroups in
-// tile_configs.cuh; 9: kBlockN 176 at d = 128 without persistence); 0 or unset: the default.
+// tiles; 8: variant 0's kernel at every shape, without forward_impl's choices of three
+// warpgroups at d = 64 and of one-tile blocks at d = 128 in tile_configs.cuh; 9: kBlockN 176 at d = 128 without persistence); 0 or unset: the default.
 // Built with GPROJ_FWD_VARIANTS=OFF (GPROJ_NO_FWD_VARIANTS) only the default exists.
 inline int fwd_variant() {
 #ifdef GPROJ_NO_FWD_VARIANTS
@@ -38,6 +38,14 @@ inline int fwd_variant() {
 inline int tile_order() {
   const char* v = std::getenv("GPROJ_TILE_ORDER");
   return v != nullptr && (v[0] == '1' || v[0] == '2') && v[1] == '\0' ? v[0] - '0' : 0;
+}
+
+// GPROJ_FWD_AB (A/B runs, a bit mask; the sm90 forward's choices that are runtime flags):
+//   1: the producer loads K and V of a tile together (before session 13), not K a tile ahead;
+//   2: the consumers store O with their own 16-byte stores (before session 13), not by TMA.
+inline int fwd_ab() {
+  const char* v = std::getenv("GPROJ_FWD_AB");
+  return v != nullptr && v[0] >= '1' && v[0] <= '3' && v[1] == '\0' ? v[0] - '0' : 0;
 }
 
 // GPROJ_BWD_VARIANT for A/B runs of the gproj Hopper backward (fa3 mode: only variant 9):

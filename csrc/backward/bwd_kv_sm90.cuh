@@ -332,16 +332,20 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   auto thr_sdp = mma_sdp.get_thread_slice(tid);
   auto thr_kv = mma_kv.get_thread_slice(tid);
   auto thr_dq = mma_dq.get_thread_slice(tid);
-  Tensor tSrK = thr_sdp.partition_fragment_A(sK);
-  Tensor tSrV = thr_sdp.partition_fragment_A(sV);
-  Tensor tSrQ = thr_sdp.partition_fragment_B(sQ);
-  Tensor tSrDO = thr_sdp.partition_fragment_B(sDO);
-  Tensor tKVrQt = thr_kv.partition_fragment_B(sQt);
-  Tensor tKVrQct = thr_kv.partition_fragment_B(sQct);
-  Tensor tKVrDOt = thr_kv.partition_fragment_B(sDOt);
-  Tensor tDQrDS = thr_dq.partition_fragment_A(sDS);
-  Tensor tDQrPT = thr_dq.partition_fragment_A(sPT);
-  Tensor tDQrKt = thr_dq.partition_fragment_B(sKt);
+  // shared-memory operands: the warpgroup's slice (warpgroup_slice says why)
+  auto wg_sdp = warpgroup_slice(mma_sdp, wg - 1);
+  auto wg_kv = warpgroup_slice(mma_kv, wg - 1);
+  auto wg_dq = warpgroup_slice(mma_dq, wg - 1);
+  Tensor tSrK = wg_sdp.partition_fragment_A(sK);
+  Tensor tSrV = wg_sdp.partition_fragment_A(sV);
+  Tensor tSrQ = wg_sdp.partition_fragment_B(sQ);
+  Tensor tSrDO = wg_sdp.partition_fragment_B(sDO);
+  Tensor tKVrQt = wg_kv.partition_fragment_B(sQt);
+  Tensor tKVrQct = wg_kv.partition_fragment_B(sQct);
+  Tensor tKVrDOt = wg_kv.partition_fragment_B(sDOt);
+  Tensor tDQrDS = wg_dq.partition_fragment_A(sDS);
+  Tensor tDQrPT = wg_dq.partition_fragment_A(sPT);
+  Tensor tDQrKt = wg_dq.partition_fragment_B(sKt);
   // dS~ (and P~) registers -> shared memory with stmatrix. The accumulator's rows are keys and its
   // column pairs adjacent queries; dQ's A operand wants the queries contiguous, so 8 queries of one
   // key are one 16-byte row of a non-transposed 8x8 stmatrix block: 4 instructions per thread

@@ -241,10 +241,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 
   typename Traits::TiledMma mma;
   auto thr = mma.get_thread_slice(tid);
-  Tensor tSrQ = thr.partition_fragment_A(sQ);
-  Tensor tSrDO = thr.partition_fragment_A(sDO);
-  Tensor tSrK = thr.partition_fragment_B(sK);
-  Tensor tSrV = thr.partition_fragment_B(sV);
+  auto wg_mma = warpgroup_slice(mma, wg - 1);  // shared-memory operands (warpgroup_slice says why)
+  Tensor tSrQ = wg_mma.partition_fragment_A(sQ);
+  Tensor tSrDO = wg_mma.partition_fragment_A(sDO);
+  Tensor tSrK = wg_mma.partition_fragment_B(sK);
+  Tensor tSrV = wg_mma.partition_fragment_B(sV);
   Tensor tScS = thr.partition_C(make_identity_tensor(select<0, 1>(typename Traits::TileShape{})));
   Tensor tSrS = partition_fragment_C(mma, select<0, 1>(typename Traits::TileShape{}));
   Tensor tSrDP = partition_fragment_C(mma, select<0, 1>(typename Traits::TileShape{}));
@@ -257,7 +258,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   typename Traits::TiledMmaDq mma_dq;
   auto thr_dq = mma_dq.get_thread_slice(tid);
   Tensor sKt = make_tensor(make_smem_ptr(ss.k.data()), typename Traits::SmemLayoutKt{});
-  Tensor tDQrKt = thr_dq.partition_fragment_B(sKt);
+  Tensor tDQrKt = warpgroup_slice(mma_dq, wg - 1).partition_fragment_B(sKt);
   auto shape_dq = Shape<Int<kBlockM>, Int<kHeadDim>>{};
   Tensor tDQrDS = partition_fragment_C(mma_dq, shape_dq);  // Σ_j dS~ K'
   Tensor tDQrPK = partition_fragment_C(mma_dq, shape_dq);  // Σ_j P~ K'
@@ -268,9 +269,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   }
   // kTensorRowSums: this tile's r and s (every column of the 64 x 8 accumulators is the row sum)
   typename Traits::TiledMmaOnes mma_ones;
-  auto thr_ones = mma_ones.get_thread_slice(tid);
   Tensor sOnes = make_tensor(make_smem_ptr(ones_ptr), typename Traits::SmemLayoutOnes{});
-  Tensor tOnesrB = thr_ones.partition_fragment_B(sOnes);
+  Tensor tOnesrB = warpgroup_slice(mma_ones, wg - 1).partition_fragment_B(sOnes);
   Tensor tRrR = partition_fragment_C(mma_ones, Shape<Int<kBlockM>, _8>{});
   Tensor tRrS = partition_fragment_C(mma_ones, Shape<Int<kBlockM>, _8>{});
 

@@ -219,6 +219,18 @@ __device__ __forceinline__ void cp_async_zfill(V* smem, const V* gmem, bool ok) 
 }
 
 // One WGMMA batch: C (+)= A B over the k mode, committed, not waited.
+// A warpgroup's slice of a TiledMma, for the fragments of its shared-memory operands (the GMMA
+// descriptors). Indexed by the warpgroup, which canonical_warp_group_idx broadcasts with a
+// shuffle, so the compiler knows the value is warp-uniform and builds the descriptors in uniform
+// registers. Sliced by thread (tid / 128 is the same number, but not provably uniform), the
+// descriptors of an operand split across warpgroups, such as Q in the forward's S = Q K^T, were
+// computed per thread, held in 16 ordinary registers and moved with two R2UR before every HGMMA
+// (SASS, bench/NOTES.md session 13). Accumulator partitions (partition_C) stay per thread.
+template <class TiledMma>
+__device__ __forceinline__ auto warpgroup_slice(TiledMma const& mma, int warpgroup) {
+  return mma.get_slice(warpgroup * cutlass::NumThreadsPerWarpGroup);
+}
+
 template <bool kZeroInit, class Mma, class TA, class TB, class TC>
 __device__ __forceinline__ void wg_gemm(Mma& mma, TA const& a, TB const& b, TC& c) {
   warpgroup_fence_operand(c);

@@ -78,6 +78,17 @@ struct FwdTraits : Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_, kMmaWarpGroups_>
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutP>, 1024> p;  // P of every consumer
   };
 
+  // O leaves through the Q buffer by TMA stores, one per consumer warpgroup and 64-column
+  // block: rows 64w.. of 128-byte column block c of SmemLayoutQ (8-row x 64-column 128-byte
+  // swizzle atoms stacked along the rows first) are 8 KB at element (64 w + kBlockM c) * 64, laid
+  // out as this (64, 64) tile of the same atom.
+  static_assert(std::is_same_v<typename Base::SmemAtomQ, GMMA::Layout_K_SW128_Atom<Element>>,
+                "O's TMA store assumes 128-byte swizzle atoms of 64 columns");
+  using SmemLayoutOBlock = decltype(tile_to_shape(typename Base::SmemAtomQ{}, Shape<_64, _64>{}));
+  using TmaO = decltype(make_tma_copy(
+      SM90_TMA_STORE{}, make_tensor(make_gmem_ptr(static_cast<Element*>(nullptr)), TmaGmemLayout{}),
+      SmemLayoutOBlock{}, Shape<_64, _64>{}, _1{}));
+
   static constexpr int kQBytes = cute::cosize_v<SmemLayoutQ> * int(sizeof(Element));
   static constexpr int kKVBytes = 2 * cute::cosize_v<SmemLayoutK> * int(sizeof(Element));
   static constexpr int kQBuffers = (kPersistent && 2 * kQBytes + kKVBytes <= 220 * 1024) ? 2 : 1;
@@ -101,6 +112,8 @@ struct FwdKernelParams {
   typename Traits::TmaKV tma_k;
   typename Traits::TmaKV tma_kc;  // K' = K - c where centered (reads_centered_keys), else = tma_k
   typename Traits::TmaKV tma_v;
+  typename Traits::TmaO tma_o;  // valid where o_tma
+  int o_tma;  // O by TMA stores: a 16-bit output with 16-byte aligned address and strides
   int rows_q, rows_k, batch_q;  // extents of the TMA tensors (varlen: packed rows, batch 1)
   int num_m_blocks;             // query tiles per (sequence, head) (longest sequence)
   int sched_group;              // persistent: (sequence, head) pairs scheduled together
@@ -184,7 +197,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     // ---------------- producer ----------------
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
     if (threadIdx.x == 0) {
-      PipelineState wr = cutlass::make_producer_start_state<Pipeline>();
+      PipelineState wr_k = cutlass::make_producer_start_state<Pipeline>();
+      PipelineState wr_v = cutlass::make_producer_start_state<Pipeline>();
       int qi = 0;  // tiles whose Q this block has loaded
       for (int t = first; t < num_tiles; t += stride) {
         const TileCoord tc = tile_at(t);
@@ -217,12 +231,25 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
                                         group_modes<0, 2>(gV));
         ss.barrier_q[buf].arrive_and_expect_tx(kBlockM * kHeadDim * int(sizeof(Element)));
         copy(prm.tma_q.with(reinterpret_cast<uint64_t&>(ss.barrier_q[buf]), 0), tQg, tQs);
-        for (int nb = nb_max - 1; nb >= nb_min; --nb) {
-          pipe_k.producer_acquire(wr);
-          copy(tma_k.with(*pipe_k.producer_get_barrier(wr), 0), tKg(_, nb), tKs(_, wr.index()));
-          pipe_v.producer_acquire(wr);
-          copy(prm.tma_v.with(*pipe_v.producer_get_barrier(wr), 0), tVg(_, nb), tVs(_, wr.index()));
-          ++wr;
+        // K one tile ahead of V (K_top, K_top-1, V_top, K_top-2, V_top-1, ...), in the order
+        // the consumers need them: V of tile n is consumed by the P.V GEMM issued after S of tile
+        // n - 1, and its stage is freed a tile later than K's. Issued K, V, K, V, ..., the load
+        // of K n - 2 waited behind the acquire of V n's stage: ~6% of the consumers' stall
+        // samples were on the K and V barriers at d = 128 N = 2k (ncu, bench/NOTES.md session 13).
+        // (GPROJ_FWD_AB bit 1: the old order, for A/B runs.)
+        const int k_ahead = (p.fwd_ab & 1) ? 0 : 1;
+        for (int nb = nb_max - 1 + k_ahead; nb >= nb_min; --nb) {
+          const int nk = nb - k_ahead;  // this step's K tile, then V tile nb
+          if (nk >= nb_min) {
+            pipe_k.producer_acquire(wr_k);
+            copy(tma_k.with(*pipe_k.producer_get_barrier(wr_k), 0), tKg(_, nk), tKs(_, wr_k.index()));
+            ++wr_k;
+          }
+          if (nb < nb_max) {
+            pipe_v.producer_acquire(wr_v);
+            copy(prm.tma_v.with(*pipe_v.producer_get_barrier(wr_v), 0), tVg(_, nb), tVs(_, wr_v.index()));
+            ++wr_v;
+          }
         }
         ++qi;
       }
@@ -238,8 +265,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   typename Traits::TiledMmaPV mma_pv;
   auto thr_qk = mma_qk.get_thread_slice(tid);
   auto thr_pv = mma_pv.get_thread_slice(tid);
-  Tensor tSrK = thr_qk.partition_fragment_B(sK);
-  Tensor tOrV = thr_pv.partition_fragment_B(sVt);
+  auto wg_qk = warpgroup_slice(mma_qk, consumer);  // shared-memory operands: warpgroup_slice
+  auto wg_pv = warpgroup_slice(mma_pv, consumer);
+  Tensor tSrK = wg_qk.partition_fragment_B(sK);
+  Tensor tOrV = wg_pv.partition_fragment_B(sVt);
   Tensor tOrO = partition_fragment_C(mma_pv, select<0, 2>(typename Traits::TileShape{}));
   Tensor tScS = thr_qk.partition_C(make_identity_tensor(select<0, 1>(typename Traits::TileShape{})));
   Tensor tOcO = thr_pv.partition_C(make_identity_tensor(select<0, 2>(typename Traits::TileShape{})));
@@ -277,7 +306,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     const bool has_keys = nb_max > nb_min;
     const int buf = qi % kQBuf;
     Tensor sQ = q_buffer(buf);
-    Tensor tSrQ = thr_qk.partition_fragment_A(sQ);
+    Tensor tSrQ = wg_qk.partition_fragment_A(sQ);
     const T* shift = p.k_shift ? reinterpret_cast<const T*>(p.k_shift) +
                                      (int64_t(b) * p.heads_k + hk) * kHeadDim
                                : nullptr;
@@ -410,7 +439,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       // The PV GEMM's A operand: P's registers, or its shared-memory descriptors.
       auto tOrPa = [&] {
         if constexpr (Traits::kPvFromSmem) {
-          return thr_pv.partition_fragment_A(
+          return wg_pv.partition_fragment_A(
               make_tensor(make_smem_ptr(ss.p_tiles.p.data()), typename Traits::SmemLayoutP{}));
         } else {
           return make_tensor(tOrP.data(), acc_to_a_layout(tSrS.layout()));
@@ -513,20 +542,47 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         CUTLASS_PRAGMA_UNROLL
         for (int j = 0; j < size<1>(o_rc); ++j) oe_rc(r, j) = static_cast<Element>(o_rc(r, j) * inv[r]);
       copy(r2s_o, r2s_o_thr.retile_S(tOrOe), r2s_o_thr.partition_D(sQ));
-      wg_sync(consumer);
-      constexpr int kChunks = kHeadDim / 8, kRowStep = 128 / kChunks;
-      const int wtid = tid & 127, col = (wtid % kChunks) * 8;
-      CUTLASS_PRAGMA_UNROLL
-      for (int r = wtid / kChunks; r < 64; r += kRowStep) {
-        const int row = consumer * 64 + r;
-        if (m0 + row < m_end) {
-          *reinterpret_cast<uint4*>(gO + int64_t(row) * p.o_stride[1] + col) =
-              *reinterpret_cast<const uint4*>(&sQ(row, col));
+      // TMA stores where they cannot write past this sequence's rows: its tensor ends with the
+      // sequence (one per batch entry), or the tile is whole (varlen packs the next sequence
+      // right after). Stored by the threads instead (below), each row took ~26 instructions of
+      // swizzled 64-bit address arithmetic: 434 instructions per thread and tile, 8% of the
+      // kernel's at d = 128 N = 2k (ncu, bench/NOTES.md session 13).
+      if (prm.o_tma && (p.cu_seqlens_q == 0 || m0 + kBlockM <= seq.nq)) {
+        cutlass::arch::fence_view_async_shared();  // stmatrix writes -> the TMA engine's reads
+        wg_sync(consumer);
+        if ((tid & 127) == 0) {
+          const int bq = p.cu_seqlens_q ? 0 : b;
+          Tensor mO = tma_rows(prm.tma_o, prm.rows_q, kHeadDim, p.heads, prm.batch_q, seq.q_start, h, bq);
+          Tensor gO = local_tile(mO, Shape<_64, _64>{}, make_coord(m_block * kWGs + consumer, _));
+          CUTLASS_PRAGMA_UNROLL
+          for (int cb = 0; cb < kHeadDim / 64; ++cb) {
+            Tensor sOb = make_tensor(make_smem_ptr(sQ.data() + (consumer * 64 + cb * kBlockM) * 64),
+                                     typename Traits::SmemLayoutOBlock{});
+            auto [tOg, tOs] = tma_partition(prm.tma_o, _0{}, Layout<_1>{}, group_modes<0, 2>(sOb),
+                                            group_modes<0, 2>(gO(_, _, cb)));
+            copy(prm.tma_o, tOs, tOg);
+          }
+          tma_store_arrive();
+          // The Q buffer (its next load, persistent) or the block's shared memory (its exit)
+          // must outlive the stores' reads of it.
+          tma_store_wait<0>();
         }
+      } else {
+        wg_sync(consumer);
+        constexpr int kChunks = kHeadDim / 8, kRowStep = 128 / kChunks;
+        const int wtid = tid & 127, col = (wtid % kChunks) * 8;
+        CUTLASS_PRAGMA_UNROLL
+        for (int r = wtid / kChunks; r < 64; r += kRowStep) {
+          const int row = consumer * 64 + r;
+          if (m0 + row < m_end) {
+            *reinterpret_cast<uint4*>(gO + int64_t(row) * p.o_stride[1] + col) =
+                *reinterpret_cast<const uint4*>(&sQ(row, col));
+          }
+        }
+        // Persistent: the producer's next TMA load of Q into this buffer is an async-proxy write
+        // after these generic-proxy accesses.
+        if constexpr (Traits::kPersistent) cutlass::arch::fence_view_async_shared();
       }
-      // Persistent: the producer's next TMA load of Q into this buffer is an async-proxy write
-      // after these generic-proxy accesses.
-      if constexpr (Traits::kPersistent) cutlass::arch::fence_view_async_shared();
     } else {
       // Rows without keys (Q never loaded: the buffer may belong to the producer's next tile),
       // an fp32 output (context parallelism merges chunks) or unaligned strides: direct stores.
@@ -565,7 +621,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 // Tile shapes and schedules. Variant 0 is the measured default (see run_forward); the others
 // are selected with GPROJ_FWD_VARIANT for A/B runs (bench/NOTES.md):
 //   1 no pingpong, 2 the default with the opposite O-rescale skipping (FwdTraits),
-//   3 persistence flipped (the default is persistent at d = 64 only), 4 persistent + kBlockN 176
+//   3 persistence flipped (the default is persistent at d = 64 and 128; at d = 128 variant 3
+//   is also the default under a mask from N = 4k, forward_impl), 4 persistent + kBlockN 176
 //   at d=128, 5 three consumer warpgroups (192-row query tiles) at d=64, 6 three consumer
 //   warpgroups on 192 x 192 tiles with P through shared memory at d=64 (FlashAttention-3's
 //   d = 64 non-causal shape), 7 the same with 160-key tiles, 9 176-key tiles at d=128 without
@@ -594,12 +651,15 @@ void run_forward(const AttnParams& p, int total_q, int total_k) {
   // +5-15% in gproj mode, whose softmax has one more FP32 instruction per score (v4).
   constexpr bool kPingpong = kVariant != 1;
   constexpr bool kSkipRescale = (kVariant == 2) == kPingpong;
-  // Persistent at d = 64 (variant 3 flips it): there it measured +3-7% in gproj mode and -4 to
-  // +1% in fa3 mode; at d = 128 neutral, at d = 256 -4% (scripts/fwd_ab.py, bench/NOTES.md v4).
-  // (Variants 5-7, three consumer warpgroups, stay non-persistent: the form that was measured;
-  // variant 5 is the d = 64 default at long N, see forward_impl.)
+  // Persistent at d = 64 and 128 (variant 3 flips it): at d = 64 it measured +3-7% in gproj
+  // mode and -4 to +1% in fa3 mode (bench/NOTES.md v4); at d = 256 -4%. At d = 128 neutral
+  // until session 13, when the O store by TMA and K loaded a tile ahead made it 1-5% faster
+  // except under a causal mask from N = 4k, where the static round robin of tiles over blocks
+  // is unbalanced (16k: +17-19%): forward_impl takes variant 3 there. (Variants 5-7, three
+  // consumer warpgroups, stay non-persistent: the form that was measured; variant 5 is the
+  // d = 64 default at long N, see forward_impl.)
   constexpr bool kPersistent =
-      kVariant == 4 || (kVariant < 5 && ((kVariant == 3) != (kHeadDim == 64)));
+      kVariant == 4 || (kVariant < 5 && ((kVariant == 3) != (kHeadDim != 256)));
   using Traits = FwdTraits<T, kHeadDim, Tiles::kBlockN, Tiles::kStages, kPingpong, kPersistent,
                            kSkipRescale, Tiles::kMmaWarpGroups, Tiles::kPvFromSmem>;
   const bool varlen = p.cu_seqlens_q != 0;
@@ -611,6 +671,18 @@ void run_forward(const AttnParams& p, int total_q, int total_k) {
                                                   p.kc_stride, varlen)
                             : prm.tma_k;
   prm.tma_v = make_tma_kv<Traits>(p.v, prm.rows_k, p.heads_k, prm.batch_q, p.v_stride, varlen);
+  // (the kernel's o_vec_ok: a TMA tensor needs a 16-byte aligned address and strides)
+  // (GPROJ_FWD_AB bit 2: the consumers' own stores, for A/B runs)
+  prm.o_tma = p.out_f32 == 0 && p.out % 16 == 0 && p.o_stride[0] % 8 == 0 &&
+              p.o_stride[1] % 8 == 0 && p.o_stride[2] % 8 == 0 && !(p.fwd_ab & 2);
+  if (prm.o_tma) {
+    const auto mo = tma_gmem<typename Traits::Element>(p.out, prm.rows_q, kHeadDim, p.heads,
+                                                       prm.batch_q, p.o_stride, varlen);
+    prm.tma_o = make_tma_copy(SM90_TMA_STORE{},
+                              make_tensor(make_gmem_ptr(const_cast<typename Traits::Element*>(mo.data().get())),
+                                          mo.layout()),
+                              typename Traits::SmemLayoutOBlock{}, Shape<_64, _64>{}, _1{});
+  }
   auto kernel = fwd_sm90_kernel<Traits, kGProj>;
   const int smem = Traits::kSmemBytes;
   prm.num_m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;

@@ -169,9 +169,16 @@ void forward_impl(const AttnParams& p) {
     // tiles of unequal length: fa3 / gproj time, persistent against one-tile blocks, interleaved
     // (bench/NOTES.md session 13): no mask 1k -4% / -3%, 2k -1% / -2%, 8k 0% / -2%; causal 2k
     // -3.5% / -4.5%, 4k +1% / -1%, 16k +19% / +17%.
+    // fa3 mode without a mask from N = 8k: FlashAttention-3's 176-key tiles (variant 9, one-tile
+    // blocks), 3-4% faster there (8k -3.1%, 16k -4.0%); slower at 2k-4k (+1-1.5%), with a mask
+    // (+0-11%) and in gproj mode (+0.4% at 8k, and -1.2% at 16k only).
     if constexpr (D == 128) {
       if (masked && p.seqlen_q >= 4096) {
         forward_sm90<T, D, 3>(p);
+        return;
+      }
+      if (!masked && p.seqlen_q >= 8192 && p.numerics == int(Numerics::kFA3)) {
+        sm90::run_forward<T, D, false, 9>(p, p.total_q, p.total_k);
         return;
       }
     }

@@ -626,8 +626,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 //   at d=128, 5 three consumer warpgroups (192-row query tiles) at d=64, 6 three consumer
 //   warpgroups on 192 x 192 tiles with P through shared memory at d=64 (FlashAttention-3's
 //   d = 64 non-causal shape), 7 the same with 160-key tiles, 9 176-key tiles at d=128 without
-//   persistence (0 B spill, where the persistent variant 4 spills 132 B; FlashAttention-3's
-//   d = 128 non-causal tile; prepared in session 9, not yet measured).
+//   persistence (0 B spill, where the persistent variant 4 spills 48 B; FlashAttention-3's
+//   d = 128 non-causal tile; since session 13 fa3 mode's default without a mask from N = 8k,
+//   forward_impl).
 template <int kHeadDim, int kVariant> struct FwdTiles;
 template <int V> struct FwdTiles<64, V> {
   static constexpr int kBlockN = V == 6 ? 192 : V == 7 ? 160 : 128, kStages = 2;

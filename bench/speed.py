@@ -325,6 +325,9 @@ def main(argv=None):
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
     ap.add_argument("--budget-s", type=float, default=1.0, help="timing seconds per op and impl")
     ap.add_argument("--pause", type=float, default=0.2, help="seconds between configurations")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="time every implementation this many times per shape, taking turns, "
+                         "and keep the median (drift then hits all alike)")
     ap.add_argument("--warm-only", action="store_true",
                     help="one forward+backward per shape, no timing, no output (compile caches)")
     ap.add_argument("--shard", default="0/1", help="i/n: only every n-th shape from the i-th")
@@ -354,41 +357,54 @@ def main(argv=None):
     print(f"{gpu}, torch {torch.__version__}, {len(shapes)} shapes x {len(impls)} impls"
           + (" (warm-only)" if args.warm_only else ""), flush=True)
     t_run = time.time()
+    rounds = 1 if args.warm_only else max(1, args.rounds)
     for si, shape in enumerate(shapes):
         d, n, causal, hk_div, kind, lens = shape
-        for name, (make, impl, numerics) in impls.items():
-            if impl == "flex" and flex_hdims and d not in flex_hdims:
-                continue
-            tag = f"[{si + 1}/{len(shapes)}] d={d} N={n} causal={causal} {kind}"
-            t0 = time.time()
-            try:
-                r = bench_one(make, shape, ops, dtype, args.tokens, args.width, args.warm_only)
-            except Exception as e:
-                print(f"  {tag} {name}: skipped ({type(e).__name__}: "
-                      f"{str(e).splitlines()[0][:160] if str(e) else ''})", flush=True)
+        tag = f"[{si + 1}/{len(shapes)}] d={d} N={n} causal={causal} {kind}"
+        # --rounds R: every implementation timed R times, taking turns, and each op's median over
+        # the rounds kept: clock and thermal drift during a shape then hit all of them alike
+        # (one pass per implementation left ratios to cuDNN drifting by 3-10% between runs).
+        runs, failed = {}, set()
+        for rnd in range(rounds):
+            for name, (make, impl, numerics) in impls.items():
+                if (impl == "flex" and flex_hdims and d not in flex_hdims) or name in failed:
+                    continue
+                t0 = time.time()
+                try:
+                    r = bench_one(make, shape, ops, dtype, args.tokens, args.width, args.warm_only)
+                except Exception as e:
+                    print(f"  {tag} {name}: skipped ({type(e).__name__}: "
+                          f"{str(e).splitlines()[0][:160] if str(e) else ''})", flush=True)
+                    failed.add(name)
+                    if DEVICE == "cuda":
+                        torch.cuda.empty_cache()
+                    continue
+                if args.warm_only:
+                    print(f"  {tag} {name}: warmed in {time.time() - t0:.1f} s", flush=True)
+                    continue
+                runs.setdefault(name, []).append(r)
+                line = " ".join(f"{op} {r['times'][op]:.3f} ms "
+                                f"({shape_flops(r['batch'], r['heads'], n, d, causal, op, lens) / r['times'][op] / 1e9:.0f} TF)"
+                                for op in ops if op in r["times"])
+                rtag = f" round {rnd + 1}/{rounds}" if rounds > 1 else ""
+                print(f"  {tag} hk=H/{hk_div} {name:18s} {line} [{time.time() - t0:.1f} s]{rtag}",
+                      flush=True)
                 if DEVICE == "cuda":
                     torch.cuda.empty_cache()
-                continue
-            if args.warm_only:
-                print(f"  {tag} {name}: warmed in {time.time() - t0:.1f} s", flush=True)
-                continue
-            for op, ms in r["times"].items():
+                time.sleep(args.pause)
+        for name, rs in runs.items():
+            make, impl, numerics = impls[name]
+            r = rs[0]
+            for op in r["times"]:
+                ms = statistics.median(x["times"][op] for x in rs if op in x["times"])
                 fl = shape_flops(r["batch"], r["heads"], n, d, causal, op, lens)
                 rec = dict(impl=impl, numerics=numerics, op=op, dtype=args.dtype, hdim=d,
                            seqlen=n, batch=r["batch"], heads=r["heads"], heads_k=r["heads_k"],
                            causal=causal, ms=ms, tflops=fl / ms / 1e9, gpu=gpu,
-                           torch=torch.__version__, commit=commit, shape=kind)
+                           torch=torch.__version__, commit=commit, shape=kind, rounds=len(rs))
                 if lens:
                     rec.update(tokens=sum(lens), seqlens_mean=round(sum(lens) / len(lens)))
                 records.append(rec)
-            line = " ".join(f"{op} {r['times'][op]:.3f} ms "
-                            f"({shape_flops(r['batch'], r['heads'], n, d, causal, op, lens) / r['times'][op] / 1e9:.0f} TF)"
-                            for op in ops if op in r["times"])
-            print(f"  {tag} hk=H/{hk_div} {name:18s} {line} [{time.time() - t0:.1f} s]",
-                  flush=True)
-            if DEVICE == "cuda":
-                torch.cuda.empty_cache()
-            time.sleep(args.pause)
         if args.out and records:
             with open(args.out + ".tmp", "w") as f:
                 json.dump(records, f, indent=1)

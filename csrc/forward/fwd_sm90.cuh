@@ -113,7 +113,9 @@ struct FwdKernelParams {
   typename Traits::TmaKV tma_kc;  // K' = K - c where centered (reads_centered_keys), else = tma_k
   typename Traits::TmaKV tma_v;
   typename Traits::TmaO tma_o;  // valid where o_tma
-  int o_tma;  // O by TMA stores: a 16-bit output with 16-byte aligned address and strides
+  // O through shared memory: a 16-bit output whose address and strides are 16-byte aligned
+  // (16-byte stores, or a TMA tensor); o_tma: and by TMA stores (GPROJ_FWD_AB bit 2 clears it)
+  int o_vec, o_tma;
   int rows_q, rows_k, batch_q;  // extents of the TMA tensors (varlen: packed rows, batch 1)
   int num_m_blocks;             // query tiles per (sequence, head) (longest sequence)
   int sched_group;              // persistent: (sequence, head) pairs scheduled together
@@ -287,8 +289,6 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   // kPvFromSmem: P from the S accumulator layout into the P buffer.
   auto r2s_p = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_qk);
   auto r2s_p_thr = r2s_p.get_thread_slice(tid);
-  const bool o_vec_ok = p.out_f32 == 0 && p.out % 16 == 0 && p.o_stride[0] % 8 == 0 &&
-                        p.o_stride[1] % 8 == 0 && p.o_stride[2] % 8 == 0;
   PipelineState rd_k, rd_v;  // continue across tiles, as the producer's state does
   int qi = 0;
 
@@ -533,7 +533,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
             empty ? INFINITY : (m_raw * c + log2l) * 0.6931471805599453f + p.softmax_scale * qshift[r];
       }
     }
-    if (has_keys && o_vec_ok) {
+    if (has_keys && prm.o_vec) {
       // This warpgroup's rows of Q are dead (its last S GEMM was waited on): O goes there.
       Tensor tOrOe = make_tensor_like<Element>(tOrO);
       Tensor oe_rc = make_tensor(tOrOe.data(), acc_rowcol(tOrOe.layout()));
@@ -655,8 +655,9 @@ void run_forward(const AttnParams& p, int total_q, int total_k) {
   // Persistent at d = 64 and 128 (variant 3 flips it): at d = 64 it measured +3-7% in gproj
   // mode and -4 to +1% in fa3 mode (bench/NOTES.md v4); at d = 256 -4%. At d = 128 neutral
   // until session 13, when the O store by TMA and K loaded a tile ahead made it 1-5% faster
-  // except under a causal mask from N = 4k, where the static round robin of tiles over blocks
-  // is unbalanced (16k: +17-19%): forward_impl takes variant 3 there. (Variants 5-7, three
+  // except under a causal mask from N = 4k (16k: +17-19%; not the static round robin of tiles
+  // over blocks: dealing waves in alternating directions changed nothing, bench/NOTES.md
+  // session 13 item 7): forward_impl takes variant 3 there. (Variants 5-7, three
   // consumer warpgroups, stay non-persistent: the form that was measured; variant 5 is the
   // d = 64 default at long N, see forward_impl.)
   constexpr bool kPersistent =
@@ -672,10 +673,9 @@ void run_forward(const AttnParams& p, int total_q, int total_k) {
                                                   p.kc_stride, varlen)
                             : prm.tma_k;
   prm.tma_v = make_tma_kv<Traits>(p.v, prm.rows_k, p.heads_k, prm.batch_q, p.v_stride, varlen);
-  // (the kernel's o_vec_ok: a TMA tensor needs a 16-byte aligned address and strides)
-  // (GPROJ_FWD_AB bit 2: the consumers' own stores, for A/B runs)
-  prm.o_tma = p.out_f32 == 0 && p.out % 16 == 0 && p.o_stride[0] % 8 == 0 &&
-              p.o_stride[1] % 8 == 0 && p.o_stride[2] % 8 == 0 && !(p.fwd_ab & 2);
+  prm.o_vec = p.out_f32 == 0 && p.out % 16 == 0 && p.o_stride[0] % 8 == 0 &&
+              p.o_stride[1] % 8 == 0 && p.o_stride[2] % 8 == 0;
+  prm.o_tma = prm.o_vec && !(p.fwd_ab & 2);
   if (prm.o_tma) {
     const auto mo = tma_gmem<typename Traits::Element>(p.out, prm.rows_q, kHeadDim, p.heads,
                                                        prm.batch_q, p.o_stride, varlen);

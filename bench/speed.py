@@ -393,7 +393,7 @@ def main(argv=None):
                     torch.cuda.empty_cache()
                 time.sleep(args.pause)
         for name, rs in runs.items():
-            make, impl, numerics = impls[name]
+            _, impl, numerics = impls[name]
             r = rs[0]
             for op in r["times"]:
                 ms = statistics.median(x["times"][op] for x in rs if op in x["times"])

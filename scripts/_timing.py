@@ -45,6 +45,11 @@ class Case:
             raise ValueError(f"shape {arg!r}: expected d,N[,causal][,gqa]")
         return cls(int(f[0]), int(f[1]), "causal" in f[2:], "gqa" in f[2:])
 
+    @property
+    def mask(self):
+        """The shape's label in the A/B tables: "none" or "causal", and "gqa"."""
+        return ("causal" if self.causal else "none") + (" gqa" if self.gqa else "")
+
     def cudnn(self):
         """cuDNN's forward (torch SDPA) on the same tensors."""
         qt, kt, vt = (x.transpose(1, 2) for x in (self.q, self.k, self.v))

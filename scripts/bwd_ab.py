@@ -72,8 +72,7 @@ def main():
         cands = candidates(c, variants, lib, fa3_variants)
         med = interleaved(cands, os.environ.get("AB_ENV", "GPROJ_BWD_VARIANT"), reps)
         base = med["cudnn"]
-        mask = ("causal" if c.causal else "none") + (" gqa" if c.gqa else "")
-        print(f"{c.d:4d} {c.n:6d} {mask:>11} | {base:8.3f} | " +
+        print(f"{c.d:4d} {c.n:6d} {c.mask:>11} | {base:8.3f} | " +
               " ".join(f"{med[name]:7.3f} {base / med[name]:5.3f}x" for name, _, _ in cands[1:]),
               flush=True)
         if os.environ.get("KERNELS") == "1":

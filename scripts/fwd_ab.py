@@ -25,7 +25,7 @@ def main():
     print(f"{'d':>4} {'N':>6} {'mask':>11} | {'cuDNN ms':>8} | " + " ".join(f"{x:>14}" for x in names))
     for a in shapes:
         c = Case.parse(a)
-        d, n, causal = c.d, c.n, c.causal
+        d, n = c.d, c.n
         q, k, v, s, wr = c.q, c.k, c.v, c.scale, c.window_right
         cands = [("cudnn", None, c.cudnn)]
         for m in ("fa3", "gproj"):
@@ -37,8 +37,7 @@ def main():
                     q, k, v, None, None, n, n, s, -1, wr, m))))
         med = interleaved(cands, os.environ.get("AB_ENV", "GPROJ_FWD_VARIANT"), reps)
         base = med["cudnn"]
-        mask = ("causal" if causal else "none") + (" gqa" if c.gqa else "")
-        print(f"{d:4d} {n:6d} {mask:>11} | {base:8.3f} | " +
+        print(f"{d:4d} {n:6d} {c.mask:>11} | {base:8.3f} | " +
               " ".join(f"{med[name]:7.3f} {base / med[name]:5.3f}x" for name, _, _ in cands[1:]),
               flush=True)
 

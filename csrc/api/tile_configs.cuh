@@ -166,8 +166,9 @@ void forward_impl(const AttnParams& p) {
     }
     // d = 128: persistent (variant 0), except under a mask from N = 4k, where one tile per block
     // (variant 3, pair after pair) measured faster; fa3 / gproj time, persistent against
-    // one-tile blocks, interleaved (bench/NOTES.md session 13, items 4 and 7): no mask 1k -4% / -3%, 2k -1% / -2%, 8k 0% / -2%; causal 2k
-    // -3.5% / -4.5%, 4k +1% / -1%, 16k +19% / +17%.
+    // one-tile blocks, interleaved (bench/NOTES.md session 13, items 4 and 7): no mask 1k
+    // -4% / -3%, 2k -1% / -2%, 8k 0% / -2%; causal 2k -3.5% / -4.5%, 4k +1% / -1%, 16k +19% /
+    // +17%.
     // fa3 mode without a mask from N = 8k: FlashAttention-3's 176-key tiles (variant 9, one-tile
     // blocks), 3-4% faster there (8k -3.1%, 16k -4.0%); slower at 2k-4k (+1-1.5%), with a mask
     // (+0-11%) and in gproj mode (+0.4% at 8k, and -1.2% at 16k only).

@@ -17,7 +17,8 @@ inline bool force_sm80() {
 // (fwd_sm90.cuh, run_forward: no pingpong, O-rescale skipping flipped, persistence flipped,
 // kBlockN 176, three consumer warpgroups, three with P through shared memory on 192- / 160-key
 // tiles; 8: variant 0's kernel at every shape, without forward_impl's choices of three
-// warpgroups at d = 64 and of one-tile blocks at d = 128 in tile_configs.cuh; 9: kBlockN 176 at d = 128 without persistence); 0 or unset: the default.
+// warpgroups at d = 64 and of one-tile blocks or 176-key tiles at d = 128 in tile_configs.cuh;
+// 9: kBlockN 176 at d = 128 without persistence); 0 or unset: the default.
 // Built with GPROJ_FWD_VARIANTS=OFF (GPROJ_NO_FWD_VARIANTS) only the default exists.
 inline int fwd_variant() {
 #ifdef GPROJ_NO_FWD_VARIANTS

@@ -24,38 +24,76 @@ def timed(fn, reps=20):
 @dataclass
 class Case:
     """One forward problem: random bf16 q of shape (B, N, H, d), k and v of (B, N, H_k, d),
-    H_k = H (or H / 8 with gqa, as bench/speed.py's GQA shapes)."""
+    H_k = H (or H / 8 with gqa, as bench/speed.py's GQA shapes). Varlen ("d,vM"): 16k tokens
+    packed into sequences of mean length M drawn as bench/speed.py draws them (the same lengths),
+    q of (total, H, d), cu_seqlens in `cu`, N the longest length."""
     d: int
     n: int
     causal: bool
     gqa: bool = False
+    varlen_mean: int = 0
 
     def __post_init__(self):
-        self.B, self.H = max(1, 16384 // self.n), 2048 // self.d
+        self.H = 2048 // self.d
         self.Hk = self.H // 8 if self.gqa else self.H
-        mk = lambda h: torch.randn(self.B, self.n, h, self.d, device="cuda", dtype=torch.bfloat16)
+        self.cu = None
+        if self.varlen_mean:
+            import sys
+            sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
+            from speed import varlen_lengths
+            lens = varlen_lengths(16384, self.varlen_mean)
+            self.B, self.n = len(lens), max(lens)
+            offsets = [0]
+            for x in lens:
+                offsets.append(offsets[-1] + x)
+            self.cu = torch.tensor(offsets, dtype=torch.int32, device="cuda")
+            mk = lambda h: torch.randn(offsets[-1], h, self.d, device="cuda", dtype=torch.bfloat16)
+        else:
+            self.B = max(1, 16384 // self.n)
+            mk = lambda h: torch.randn(self.B, self.n, h, self.d, device="cuda", dtype=torch.bfloat16)
         self.q, self.k, self.v = mk(self.H), mk(self.Hk), mk(self.Hk)
         self.scale, self.window_right = self.d ** -0.5, (0 if self.causal else -1)
 
     @classmethod
     def parse(cls, arg):
-        """"d,N", "d,N,causal", "d,N,gqa" or "d,N,causal,gqa"."""
+        """"d,N", "d,N,causal", "d,N,gqa" or "d,N,causal,gqa"; N = vM: varlen of mean M."""
         f = arg.split(",")
         if any(x not in ("causal", "gqa") for x in f[2:]):
-            raise ValueError(f"shape {arg!r}: expected d,N[,causal][,gqa]")
+            raise ValueError(f"shape {arg!r}: expected d,N[,causal][,gqa] (N = vM: varlen)")
+        if f[1].startswith("v"):
+            return cls(int(f[0]), 0, "causal" in f[2:], "gqa" in f[2:], int(f[1][1:]))
         return cls(int(f[0]), int(f[1]), "causal" in f[2:], "gqa" in f[2:])
 
     @property
     def mask(self):
-        """The shape's label in the A/B tables: "none" or "causal", and "gqa"."""
-        return ("causal" if self.causal else "none") + (" gqa" if self.gqa else "")
+        """The shape's label in the A/B tables: "none" or "causal", "gqa", "varlen"."""
+        return (("causal" if self.causal else "none") + (" gqa" if self.gqa else "") +
+                (" varlen" if self.cu is not None else ""))
+
+    def forward_args(self):
+        """q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k for gproj_cuda.ops.forward_cuda."""
+        return self.q, self.k, self.v, self.cu, self.cu, self.n, self.n
 
     def cudnn(self):
-        """cuDNN's forward (torch SDPA) on the same tensors."""
+        """cuDNN's forward (torch SDPA) on the same tensors (dense only)."""
+        if self.cu is not None:
+            raise ValueError("cuDNN's varlen forward (nested tensors) is not a useful baseline")
         qt, kt, vt = (x.transpose(1, 2) for x in (self.q, self.k, self.v))
         with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.CUDNN_ATTENTION):
             return F.scaled_dot_product_attention(qt, kt, vt, is_causal=self.causal,
                                                   enable_gqa=self.gqa)
+
+    def fa3(self):
+        """FlashAttention-3's forward (flash_attn_interface, where importable) on the same
+        tensors, or None."""
+        try:
+            import flash_attn_interface as fa
+        except ImportError:
+            return None
+        if self.cu is not None:
+            return lambda: fa.flash_attn_varlen_func(self.q, self.k, self.v, self.cu, self.cu,
+                                                     self.n, self.n, causal=self.causal)
+        return lambda: fa.flash_attn_func(self.q, self.k, self.v, causal=self.causal)
 
 
 def interleaved(cands, env_var, reps):
@@ -67,6 +105,12 @@ def interleaved(cands, env_var, reps):
     times = {name: [] for name, _, _ in cands}
     for r in range(reps + 2):
         evs = []
+        # The round starts on an idle GPU (the synchronize below): without this sleep the first
+        # candidate's events would bracket its host dispatch too, until the host gets ahead.
+        # FlashAttention-3's forward measured 25-40% slower first in a round than alone
+        # (bench/NOTES.md session 14), so the ratios to the first candidate (cuDNN) were biased
+        # in our favour until then. ~2 ms keeps the GPU busy while the host queues the round.
+        torch.cuda._sleep(4_000_000)
         for name, var, fn in cands:
             if var is not None:
                 os.environ[env_var] = var

@@ -11,5 +11,15 @@ cmake -S "$ROOT" -B "$ROOT/_devbuild/cmake-$("$PY" -c 'import sys; print(sys.ver
   -DPython_EXECUTABLE="$(command -v "$PY")" -Dpybind11_DIR="$("$PY" -m pybind11 --cmakedir)" \
   -DGPROJ_CUTLASS_INCLUDE="$CUTLASS" -DCMAKE_LIBRARY_OUTPUT_DIRECTORY="$ROOT/_devbuild" \
   -DGPROJ_CUDA_ARCHS="${GPROJ_CUDA_ARCHS:-90a}" "$@" >/dev/null
-cmake --build "$ROOT/_devbuild/cmake-$("$PY" -c 'import sys; print(sys.version_info[1])')" -j "$(nproc)"
+BUILD="$ROOT/_devbuild/cmake-$("$PY" -c 'import sys; print(sys.version_info[1])')"
+cmake --build "$BUILD" -j "$(nproc)"
+# An object whose header dependencies ninja did not record is never rebuilt after a header edit
+# (session 14 found all six instantiation objects so, and ran a stale build): delete it, so that
+# the next build compiles it again.
+stale=$(ninja -C "$BUILD" -t deps 2>/dev/null | sed -n 's/^\(.*\.o\): #deps 0,.*/\1/p')
+if [ -n "$stale" ]; then
+  echo "devbuild: no header dependencies recorded for: $stale; deleted, rebuild again" >&2
+  for o in $stale; do rm -f "$BUILD/$o"; done
+  exit 1
+fi
 ls -la "$ROOT"/_devbuild/*.so

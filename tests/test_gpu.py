@@ -430,6 +430,51 @@ def test_forward_o_by_tma_and_k_ahead_are_bitwise_the_old_paths(d, numerics, mon
             torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
 
 
+@pytest.mark.parametrize("nseq", [3, 70, 1100])
+@pytest.mark.parametrize("d", HDIMS)
+def test_varlen_slot_grids_cover_every_tile(d, nseq, monkeypatch):
+    """Since session 14 every varlen pass of one-tile blocks (the forward, the centering pre-pass,
+    delta, the λ pass, the KV-outer pass, the dK projection, the dQ finish) launches heads x
+    (floor(total / rows) + batch) slots, each mapped to its sequence by a warp's 32-ary search
+    over cu_seqlens (slot_tile, csrc/common/tile.cuh): one round up to 32 sequences, two up to
+    1024, three beyond. Every real tile must be visited exactly once: outputs and gradients
+    bitwise those of the old grids (every sequence as long as the longest, GPROJ_FWD_AB=4; dQ to
+    a few ulps where its reduce-adds are asynchronous: fa3 mode, d = 256), none left unwritten
+    (poisoned outputs), close to the float64 reference; with empty sequences, sequences of whole
+    tiles (128, 256), one row past a tile (129) and one short of one (127)."""
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("needs a Hopper GPU")
+    g = torch.Generator().manual_seed(nseq * 13 + d)
+    fixed = [0, 1, 127, 128, 129, 256, 0, 300]
+    lens = (fixed + torch.randint(0, 200 if nseq < 1000 else 24, (nseq,), generator=g).tolist())[:nseq]
+    cu = torch.tensor([0] + list(itertools.accumulate(lens)), dtype=torch.int32, device=DEV)
+    gd = torch.Generator(device=DEV).manual_seed(d + nseq)
+    total, h, hk = sum(lens), 2, 1
+    q, do = rand(total, h, d, g=gd), rand(total, h, d, g=gd)
+    k, v = rand(total, hk, d, g=gd, scale=2) + 1, rand(total, hk, d, g=gd)
+    mx = max(lens)
+    # one-tile forward blocks at every head dim (d = 64's default is persistent at these lengths)
+    monkeypatch.setenv("GPROJ_FWD_VARIANT", "3" if d == 64 else "0")
+    for numerics in ("fa3", "gproj"):
+        exact_dq = numerics == "gproj" and d <= 128
+        for causal in (False, True):
+            kw = dict(numerics=numerics, causal=causal, cu_q=cu, cu_k=cu, max_q=mx, max_k=mx)
+            monkeypatch.delenv("GPROJ_FWD_AB", raising=False)
+            new = run_kernels(q, k, v, do, **kw)
+            monkeypatch.setenv("GPROJ_FWD_AB", "4")
+            old = run_kernels(q, k, v, do, **kw)
+            for name, a, b in zip(("out", "lse", "dq", "dk", "dv", "dk32"), new, old):
+                assert not torch.isnan(a).any(), f"{name}: an unwritten row"
+                if name == "dq" and not exact_dq:
+                    torch.testing.assert_close(a, b, msg=f"{numerics} causal={causal}: dq")
+                else:
+                    torch.testing.assert_close(a, b, rtol=0, atol=0,
+                                               msg=f"{numerics} causal={causal}: {name}")
+            if nseq <= 70:
+                check_close_to_emulator(q, k, v, do, new, numerics=numerics, causal=causal,
+                                        cu_q=cu, cu_k=cu)
+
+
 @pytest.mark.parametrize("sm80", [False, True], ids=["sm90", "mma.sync"])
 @pytest.mark.parametrize("d", HDIMS)
 def test_lazy_key_centering_is_bitwise_the_full_one(d, sm80, monkeypatch):

@@ -78,6 +78,42 @@ def test_bad_cu_seqlens(mutate, exc, match):
         gproj_cuda.attention_varlen(q, k, v, mutate(cu), cu, 7, 7)
 
 
+def test_cu_seqlens_values_read_once_and_again_after_an_inplace_write(monkeypatch):
+    """The value checks read a cu_seqlens tensor once (a device sync on CUDA); the same tensor
+    object again is checked against the recorded values, and an in-place write (through any
+    view) makes them be read again."""
+    from gproj_cuda import validation
+    _, _, _, cu = varlen_inputs()
+    reads = []
+    tolist = torch.Tensor.tolist
+    monkeypatch.setattr(torch.Tensor, "tolist", lambda t: reads.append(1) or tolist(t))
+
+    def check(total=12, max_q=7):
+        validation.check_cu_seqlens(cu, cu, total, 12, max_q, 7, cu.device)
+
+    check()
+    assert len(reads) == 1  # one tensor passed as both cu_seqlens_q and cu_seqlens_k
+    check()
+    assert len(reads) == 1, "an unmodified, already checked cu_seqlens was read again"
+    # the recorded values still decide: max_seqlen below the longest length, fewer rows
+    with pytest.raises(ValueError, match="max_seqlen_q = 6 is smaller"):
+        check(max_q=6)
+    with pytest.raises(ValueError, match="exceeds the 11 rows"):
+        check(total=11)
+    assert len(reads) == 1
+    cu[1:2].fill_(6)  # through a view: [0, 6, 5, 12]
+    with pytest.raises(ValueError, match="non-decreasing"):
+        check()
+    cu[1] = 5
+    check()
+    key = id(cu)
+    assert key in validation._CU_CHECKED
+    del cu
+    import gc
+    gc.collect()
+    assert key not in validation._CU_CHECKED, "a freed tensor's entry was kept"
+
+
 def test_max_seqlen_too_small_and_length_mismatch():
     q, k, v, cu = varlen_inputs()
     with pytest.raises(ValueError, match="max_seqlen_q = 6 is smaller"):

@@ -216,10 +216,11 @@ int run_center_keys(const AttnParams& p, char* err, size_t err_len) {
     if (p.k_center_flags && !p.k_centered) fail("k_center_flags without k_centered");
     require_ptr(p.k_shift, "k_shift");
     if (!p.k_shift_given) require_ptr(p.center_workspace, "center_workspace");
-    dispatch(p, [&](auto t, auto d) {
+    const AttnParams q = dispatched(p);  // (GPROJ_FWD_AB bit 4: the varlen grid)
+    dispatch(q, [&](auto t, auto d) {
       using T = decltype(t);
       constexpr int D = decltype(d)::value;
-      if constexpr (Compiled<T, D>::value) center_keys_impl<T, D>(p);
+      if constexpr (Compiled<T, D>::value) center_keys_impl<T, D>(q);
     });
   }, err, err_len);
 }

@@ -74,6 +74,9 @@ struct AttnParams {
   int fwd_ab = 0;  // GPROJ_FWD_AB (csrc/api/variants.h)
   int num_sms = 0, l2_bytes = 0;
   int grid_rank_major = 0;
+  // Set by a varlen launch on its copy: its one-tile grid is of slots of this many rows
+  // (slot_grid / slot_tile, csrc/common/tile.cuh); 0: a grid of tiles, heads and batch.
+  int slot_rows = 0;
   // Backward passes to run: 1 = dQ pass, 2 = dK/dV pass, 3 = both; 4 = the Hopper λ pre-pass
   // alone (experimental, writes rowstate; csrc/backward/bwd_lambda_sm90.cuh); 8 = the Hopper
   // backward (pre-pass, KV-outer pass with dQ summed into dq_accum / pk_accum, dQ finish;

@@ -43,10 +43,13 @@ inline int tile_order() {
 
 // GPROJ_FWD_AB (A/B runs, a bit mask; the sm90 forward's choices that are runtime flags):
 //   1: the producer loads K and V of a tile together (before session 13), not K a tile ahead;
-//   2: the consumers store O with their own 16-byte stores (before session 13), not by TMA.
+//   2: the consumers store O with their own 16-byte stores (before session 13), not by TMA;
+//   4: varlen grids as long as the longest sequence in every sequence (before session 14), not
+//      slots of real tiles (slot_grid, csrc/common/tile.cuh); this bit applies to every varlen
+//      pass of one-tile blocks, the backward's and the centering pre-pass's too.
 inline int fwd_ab() {
   const char* v = std::getenv("GPROJ_FWD_AB");
-  return v != nullptr && v[0] >= '1' && v[0] <= '3' && v[1] == '\0' ? v[0] - '0' : 0;
+  return v != nullptr && v[0] >= '1' && v[0] <= '7' && v[1] == '\0' ? v[0] - '0' : 0;
 }
 
 // GPROJ_BWD_VARIANT for A/B runs of the gproj Hopper backward (fa3 mode: only variant 9):

@@ -162,7 +162,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   const AttnParams& p = prm.p;
 
   // (causal: the first key blocks, which the most query tiles see, first; grid_tile)
-  const GridTile gt = grid_tile(p, /*longest_last=*/false);
+  // (varlen: a grid of slots, every warp finding its block's tile by slot_tile, from L1)
+  const GridTile gt =
+      p.slot_rows ? slot_tile(p, reinterpret_cast<const int*>(p.cu_seqlens_k), p.heads_k, false)
+                  : grid_tile(p, /*longest_last=*/false);
   const int n_block = gt.tile, hk = gt.head, b = gt.batch;
   const SeqBounds seq(p, b);
   const int n0 = n_block * kBlockN;
@@ -541,7 +544,9 @@ void run_bwd_kv_split(const AttnParams& p, int total_q, int total_k) {
   auto kernel = bwd_kv_split_sm90_kernel<Traits>;
   const int tiles = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
   if (tiles == 0) return;
-  const dim3 grid = tile_grid(prm.p, tiles, p.heads_k, p.batch);
+  dim3 grid;
+  if (!slot_grid(prm.p, Traits::kBlockN, total_k, p.heads_k, grid))
+    grid = tile_grid(prm.p, tiles, p.heads_k, p.batch);
   launch_sm90(kernel, grid, Traits::kNumThreads, Traits::kSmemBytes, prm, p,
               "KV-outer backward, head dim split (sm90)");
 }

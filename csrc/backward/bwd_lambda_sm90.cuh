@@ -109,7 +109,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   const AttnParams& p = prm.p;
 
   // (causal: the longest query tiles first, grid_tile)
-  const GridTile gt = grid_tile(p, /*longest_last=*/true);
+  // (varlen: a grid of slots, every warp finding its block's tile by slot_tile, from L1)
+  const GridTile gt =
+      p.slot_rows ? slot_tile(p, reinterpret_cast<const int*>(p.cu_seqlens_q), p.heads, true)
+                  : grid_tile(p, /*longest_last=*/true);
   const int m_block = gt.tile, h = gt.head, b = gt.batch;
   const SeqBounds seq(p, b);
   const int m0 = m_block * kBlockM;
@@ -478,7 +481,9 @@ void run_lambda_prepass(const AttnParams& p, int total_q, int total_k) {
   const int smem = Traits::kSmemBytes;
   const int tiles = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
   if (tiles == 0) return;
-  const dim3 grid = tile_grid(prm.p, tiles, p.heads, p.batch);
+  dim3 grid;
+  if (!slot_grid(prm.p, Traits::kBlockM, total_q, p.heads, grid))
+    grid = tile_grid(prm.p, tiles, p.heads, p.batch);
   launch_sm90(kernel, grid, Traits::kNumThreads, smem, prm, p,
               kDq ? "lambda and dQ pass (sm90)" : "lambda pre-pass (sm90)");
 }

@@ -84,6 +84,80 @@ __device__ __forceinline__ GridTile grid_tile(const AttnParams& p, bool longest_
   return {longest_last ? tiles - 1 - rank : rank, int(blockIdx.y), int(blockIdx.z)};
 }
 
+// Varlen grids of real tiles. A grid of num_m_blocks (the longest sequence's tiles) per sequence
+// visits mostly empty tiles where lengths vary (mean 1k, uniform in [256, 1792]: 13 per
+// sequence, 7 real on average); the exact count, the sum of ceil(n_b / bm), needs cu_seqlens on
+// the host (a device sync per call). Instead sequence b owns the slots
+//   [s(b), s(b + 1)),  s(b) = floor(cu[b] / bm) + b,
+// of which there are floor(cu[b+1] / bm) - floor(cu[b] / bm) + 1 >= ceil(n_b / bm), at most one
+// more: every real tile has a slot, at most one slot per sequence is empty, and the host knows the
+// grid, s(batch) <= floor(total / bm) + batch, without reading cu_seqlens. s is strictly
+// increasing and depends on cu[b] alone, so a warp finds a slot's sequence by a 32-ary search
+// (one round of 32 loads per factor of 32 in the batch: one round up to 32 sequences).
+__host__ __device__ __forceinline__ int varlen_slots(int total_rows, int batch, int bm) {
+  return total_rows / bm + batch;
+}
+
+struct VarlenSlot {
+  int b, first, count, tiles;  // sequence, its slots [first, first + count), its real tiles
+};
+// The sequence that owns `slot`. Called by all 32 lanes of a warp; every lane gets the result.
+__device__ __forceinline__ VarlenSlot varlen_slot(const int* cu, int batch, int bm, int slot) {
+  const int lane = int(threadIdx.x) & 31;
+  int lo = 0, hi = batch;  // the answer, the largest b with s(b) <= slot, is in [lo, hi)
+  while (hi - lo > 1) {
+    const int step = (hi - lo + 31) / 32;
+    const int b = lo + lane * step;
+    const bool le = b < hi && cu[b] / bm + b <= slot;
+    const unsigned m = __ballot_sync(0xffffffffu, le);  // lanes 0.. (s increasing; s(lo) <= slot)
+    const int j = 31 - __clz(m);
+    lo += j * step;
+    hi = min(hi, lo + step);
+  }
+  const int start = cu[lo], end = cu[lo + 1];
+  const int first = start / bm + lo;
+  return {lo, first, end / bm + lo + 1 - first, (end - start + bm - 1) / bm};
+}
+
+// Host: a varlen pass's one-tile grid of slots of `rows` rows, 1-D, sequence by sequence and in
+// each sequence (kv) head by (kv) head, `heads` x varlen_slots blocks; sets p.slot_rows (p: the
+// launch's own copy). total: the packed rows of the side the tiles cut (q or k). False (p
+// unchanged) for dense problems, grids over 2^31 - 1 blocks and GPROJ_FWD_AB bit 4 (A/B runs:
+// the grid of every sequence as long as the longest, as before session 14).
+inline bool slot_grid(AttnParams& p, int rows, int total, int heads, dim3& grid) {
+  if (p.cu_seqlens_q == 0 || (p.fwd_ab & 4)) return false;
+  const int64_t n = int64_t(heads) * varlen_slots(total, p.batch, rows);
+  if (n >= (int64_t(1) << 31)) return false;
+  p.slot_rows = rows;
+  grid = dim3(unsigned(n), 1, 1);
+  return true;
+}
+
+// Device: the (tile, head, sequence) of this block of a slot grid (p.slot_rows set), in the order
+// of grid_tile: pair after pair; under a causal-like mask each pair's longest tile first (its
+// last with longest_last: Q-outer passes; else its first); an empty slot gets tile = the
+// sequence's tile count, past its end. cu: the cu_seqlens of the side the tiles cut. Called by
+// all 32 lanes of a warp (varlen_slot); every lane gets the result.
+__device__ __forceinline__ GridTile slot_tile(const AttnParams& p, const int* cu, int heads,
+                                              bool longest_last) {
+  const int L = int(blockIdx.x);
+  const VarlenSlot vs = varlen_slot(cu, p.batch, p.slot_rows, L / heads);
+  const int local = L - heads * vs.first;
+  const int h = local / vs.count, rank = local - h * vs.count;
+  if (rank >= vs.tiles) return {vs.tiles, h, vs.b};
+  if (p.window_right < 0) return {rank, h, vs.b};
+  const int r = p.tile_order == 1 ? vs.tiles - 1 - rank : rank;  // 0 = the longest
+  return {longest_last ? vs.tiles - 1 - r : r, h, vs.b};
+}
+
+// The (tile, head, batch) of a block of a simple pass (the pre- and post-processing kernels):
+// its grid's coordinates (tiles, heads, batch), or with a slot grid (varlen), slot_tile's. cu:
+// the cu_seqlens of the side the tiles cut. Called by every thread of the block (whole warps).
+__device__ __forceinline__ GridTile block_tile(const AttnParams& p, uint64_t cu, int heads) {
+  if (p.slot_rows) return slot_tile(p, reinterpret_cast<const int*>(cu), heads, false);
+  return {int(blockIdx.x), int(blockIdx.y), int(blockIdx.z)};
+}
+
 // Bottom-right aligned band mask of FlashAttention-3: query i sees key j iff
 // j < nk, j <= i + off + right (right >= 0) and j >= i + off - left (left >= 0), with
 // off = nk - nq + shift (shift != 0 only for chunk pairs of context parallelism).

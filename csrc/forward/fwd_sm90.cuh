@@ -102,6 +102,7 @@ struct FwdTraits : Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_, kMmaWarpGroups_>
     alignas(16) cutlass::arch::ClusterBarrier q_empty[kQBuffers];  // consumers done with Q
     alignas(16) typename Pipeline::SharedStorage pipe_k;
     alignas(16) typename Pipeline::SharedStorage pipe_v;
+    int4 slot_tile;  // varlen slots (one-tile blocks): {m_block, head, sequence} of this block
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
 };
@@ -166,6 +167,18 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       ss.q_empty[i].init(Traits::kNumMmaThreads);
     }
   }
+  if constexpr (!Traits::kPersistent) {
+    // Varlen slots (p.slot_rows): warp 0 finds this block's sequence, head and query tile
+    // (slot_tile) while thread 0 initializes the barriers. The order is the old grid's, pair
+    // after pair. (Slots head by head, or heads fastest, measured up to 6% slower: a sequence of
+    // 4k keys, its heads in flight at once, no longer kept its K and V in L2; bench/NOTES.md
+    // session 14.)
+    if (p.slot_rows && threadIdx.x < 32) {
+      const GridTile gt = slot_tile(p, reinterpret_cast<const int*>(p.cu_seqlens_q), p.heads,
+                                    /*longest_last=*/true);
+      if (threadIdx.x == 0) ss.slot_tile = make_int4(gt.tile, gt.head, gt.batch, 0);
+    }
+  }
   const typename Pipeline::Params pp = Traits::ring_params(wg);
   Pipeline pipe_k(ss.pipe_k, pp, Shape<_1, _1, _1>{});
   Pipeline pipe_v(ss.pipe_v, pp, Shape<_1, _1, _1>{});
@@ -182,6 +195,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       return decode_tile(t, prm.num_m_blocks, p.heads, pairs, prm.sched_group,
                          p.window_right >= 0);
     } else {
+      if (p.slot_rows) return {ss.slot_tile.x, ss.slot_tile.y, ss.slot_tile.z};
       // (causal: the longest query tiles first, grid_tile)
       const GridTile gt = grid_tile(p, /*longest_last=*/true);
       return {gt.tile, gt.head, gt.batch};
@@ -699,7 +713,7 @@ void run_forward(const AttnParams& p, int total_q, int total_k) {
     const int64_t kv_bytes = 2 * int64_t(std::max(p.seqlen_k, 1)) * kHeadDim * int64_t(sizeof(T));
     prm.sched_group = int(std::max<int64_t>(1, std::min<int64_t>(int64_t(p.heads) * p.batch,
                                                                  (p.l2_bytes / 2) / kv_bytes)));
-  } else {
+  } else if (!slot_grid(prm.p, Traits::kBlockM, total_q, p.heads, grid)) {
     grid = tile_grid(prm.p, prm.num_m_blocks, p.heads, p.batch);
   }
   launch_sm90(kernel, grid, Traits::kNumThreads, smem, prm, p, "forward (sm90)");

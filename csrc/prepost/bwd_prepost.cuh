@@ -26,7 +26,8 @@ constexpr int kPrepostRows = 64, kPrepostThreads = 256;
 template <typename T, int D>
 __global__ void __launch_bounds__(kPrepostThreads) delta_kernel(const AttnParams p) {
   constexpr int kLanesPerRow = D / 8, kRowsPerPass = kPrepostThreads / kLanesPerRow;
-  const int mb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const GridTile gt = block_tile(p, p.cu_seqlens_q, p.heads);
+  const int mb = gt.tile, h = gt.head, b = gt.batch;
   const SeqBounds seq(p, b);
   if (mb * kPrepostRows >= seq.nq) return;
   if (p.dq_accum) {
@@ -68,7 +69,8 @@ __global__ void __launch_bounds__(kPrepostThreads) dq_finish_kernel(const AttnPa
   // (row pitch D + 8: the 4-byte writes of a warp's 8 rows fall in different banks)
   constexpr int kLoads = 64 * D / (4 * kPrepostThreads), kPitch = D + 8;
   __shared__ __align__(16) T tile[64 * kPitch];
-  const int mb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const GridTile gt = block_tile(p, p.cu_seqlens_q, p.heads);
+  const int mb = gt.tile, h = gt.head, b = gt.batch;
   const SeqBounds seq(p, b);
   if (mb * 64 >= seq.nq) return;
   const float* acc = reinterpret_cast<const float*>(p.dq_accum) +
@@ -103,17 +105,21 @@ __global__ void __launch_bounds__(kPrepostThreads) dq_finish_kernel(const AttnPa
 
 template <typename T, int D>
 void launch_delta(const AttnParams& p) {
-  const dim3 grid((p.seqlen_q + kPrepostRows - 1) / kPrepostRows, p.heads, p.batch);
+  AttnParams q = p;
+  dim3 grid((p.seqlen_q + kPrepostRows - 1) / kPrepostRows, p.heads, p.batch);
   if (grid.x == 0) return;
-  delta_kernel<T, D><<<grid, kPrepostThreads, 0, reinterpret_cast<cudaStream_t>(p.stream)>>>(p);
+  slot_grid(q, kPrepostRows, p.total_q, p.heads, grid);  // (varlen)
+  delta_kernel<T, D><<<grid, kPrepostThreads, 0, reinterpret_cast<cudaStream_t>(p.stream)>>>(q);
   check_cuda(cudaGetLastError(), "backward delta pre-pass");
 }
 
 template <typename T, int D>
 void launch_dq_finish(const AttnParams& p) {
-  const dim3 grid((p.seqlen_q + 63) / 64, p.heads, p.batch);
+  AttnParams q = p;
+  dim3 grid((p.seqlen_q + 63) / 64, p.heads, p.batch);
   if (grid.x == 0) return;
-  dq_finish_kernel<T, D><<<grid, kPrepostThreads, 0, reinterpret_cast<cudaStream_t>(p.stream)>>>(p);
+  slot_grid(q, 64, p.total_q, p.heads, grid);  // (varlen)
+  dq_finish_kernel<T, D><<<grid, kPrepostThreads, 0, reinterpret_cast<cudaStream_t>(p.stream)>>>(q);
   check_cuda(cudaGetLastError(), "backward dQ finish");
 }
 

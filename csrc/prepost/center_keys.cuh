@@ -47,7 +47,8 @@ template <typename T, int D>
 __global__ void __launch_bounds__(256, 8) key_range_kernel(const AttnParams p, uint32_t* lo_enc,
                                                            uint32_t* hi_enc) {
   constexpr int kThreadsPerRow = D / 8, kRowsInFlight = 256 / kThreadsPerRow;
-  const int chunk = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
+  const GridTile gt = block_tile(p, p.cu_seqlens_k, p.heads_k);
+  const int chunk = gt.tile, hk = gt.head, b = gt.batch;
   const SeqBounds seq(p, b);
   const int r0 = chunk * kCenterRows;
   if (r0 >= seq.nk) return;
@@ -105,7 +106,8 @@ template <typename T, int D>
 __global__ void __launch_bounds__(256) center_kernel(const AttnParams p, const uint32_t* lo_enc,
                                                      const uint32_t* hi_enc) {
   constexpr int kThreadsPerRow = D / 8, kRowsInFlight = 256 / kThreadsPerRow;
-  const int chunk = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
+  const GridTile gt = block_tile(p, p.cu_seqlens_k, p.heads_k);
+  const int chunk = gt.tile, hk = gt.head, b = gt.batch;
   const SeqBounds seq(p, b);
   const int r0 = chunk * kCenterRows;
   const int col = (threadIdx.x % kThreadsPerRow) * 8;
@@ -161,7 +163,9 @@ __global__ void __launch_bounds__(256) center_kernel(const AttnParams p, const u
 template <typename T, int D>
 void center_keys_impl(const AttnParams& p) {
   cudaStream_t stream = reinterpret_cast<cudaStream_t>(p.stream);
-  const dim3 grid(max(1, (p.seqlen_k + kCenterRows - 1) / kCenterRows), p.heads_k, p.batch);
+  AttnParams q = p;
+  dim3 grid(max(1, (p.seqlen_k + kCenterRows - 1) / kCenterRows), p.heads_k, p.batch);
+  slot_grid(q, kCenterRows, p.total_k, p.heads_k, grid);  // (varlen)
   uint32_t *lo = nullptr, *hi = nullptr;
   if (!p.k_shift_given) {
     const int64_t n = int64_t(p.batch) * p.heads_k * D;
@@ -169,10 +173,10 @@ void center_keys_impl(const AttnParams& p) {
     hi = lo + n;
     check_cuda(cudaMemsetAsync(lo, 0x00, 2 * n * sizeof(uint32_t), stream),  // lo and hi
                "center keys: memset");
-    key_range_kernel<T, D><<<grid, 256, 0, stream>>>(p, lo, hi);
+    key_range_kernel<T, D><<<grid, 256, 0, stream>>>(q, lo, hi);
     check_cuda(cudaGetLastError(), "center keys: range");
   }
-  center_kernel<T, D><<<grid, 256, 0, stream>>>(p, lo, hi);
+  center_kernel<T, D><<<grid, 256, 0, stream>>>(q, lo, hi);
   check_cuda(cudaGetLastError(), "center keys: subtract");
 }
 

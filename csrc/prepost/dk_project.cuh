@@ -90,7 +90,8 @@ __global__ void __launch_bounds__(32 * kProjectWarps) dk_project_kernel(const At
   constexpr int kVec = D <= 128 ? 1 : D / 128;
   constexpr int kLanes = D / (4 * kVec), kGroups = 32 * kProjectWarps / kLanes;  // lane groups per block
   static_assert(D == 64 || D == 128 || D == 256, "head dim 64, 128 or 256");
-  const int chunk = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
+  const GridTile gt = block_tile(p, p.cu_seqlens_k, p.heads_k);
+  const int chunk = gt.tile, hk = gt.head, b = gt.batch;
   const SeqBounds seq(p, b);
   if (chunk * kProjectRows >= seq.nk) return;  // uniform for the block
   __shared__ double total[D + 1];               // Σ_j dK_j, then Σ_j ||dK_j||
@@ -150,12 +151,14 @@ __global__ void __launch_bounds__(32 * kProjectWarps) dk_project_kernel(const At
 // After the KV-outer pass (its epilogue wrote p.dk_unprojected and the key sums).
 template <typename T, int D>
 void launch_dk_project(const AttnParams& p) {
-  const dim3 grid((p.seqlen_k + kProjectRows - 1) / kProjectRows, p.heads_k, p.batch);
+  AttnParams q = p;
+  dim3 grid((p.seqlen_k + kProjectRows - 1) / kProjectRows, p.heads_k, p.batch);
   if (grid.x == 0) return;
+  slot_grid(q, kProjectRows, p.total_k, p.heads_k, grid);  // (varlen)
   auto stream = reinterpret_cast<cudaStream_t>(p.stream);
   dk_keysum_total_kernel<D><<<dim3(p.heads_k, p.batch), 512, 0, stream>>>(p);
   check_cuda(cudaGetLastError(), "backward dK key sums");
-  dk_project_kernel<T, D><<<grid, 32 * kProjectWarps, 0, stream>>>(p);
+  dk_project_kernel<T, D><<<grid, 32 * kProjectWarps, 0, stream>>>(q);
   check_cuda(cudaGetLastError(), "backward dK projection");
 }
 

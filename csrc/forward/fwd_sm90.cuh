@@ -15,6 +15,8 @@
 
 #include <algorithm>
 
+#include <cutlass/fast_math.h>
+
 #include "../api/params.h"
 #include "../common/cuda_check.h"
 #include "../common/device.cuh"
@@ -120,6 +122,15 @@ struct FwdKernelParams {
   int rows_q, rows_k, batch_q;  // extents of the TMA tensors (varlen: packed rows, batch 1)
   int num_m_blocks;             // query tiles per (sequence, head) (longest sequence)
   int sched_group;              // persistent: (sequence, head) pairs scheduled together
+  // Divisions of the tile decode (decode_tile) and of h -> kv head as multiply-high and shift:
+  // a 32-bit integer division is ~25 instructions, and the persistent decode took five per
+  // query tile and warp, ~130 of the ~1500 a tile spends outside its key loop at d = 128 N = 2k
+  // causal (ncu, bench/NOTES.md session 14). Set on the host (set_divisors).
+  cutlass::FastDivmod div_group_tiles;  // G * num_m_blocks: the tiles of a full group
+  cutlass::FastDivmod div_group;        // G: a full group's pairs
+  cutlass::FastDivmod div_last_group;   // the last group's pairs
+  cutlass::FastDivmod div_heads;        // heads
+  cutlass::FastDivmod div_heads_per_kv;  // heads / heads_k
   AttnParams p;
 };
 
@@ -129,14 +140,19 @@ struct FwdKernelParams {
 struct TileCoord {
   int m_block, h, b;
 };
-__device__ __forceinline__ TileCoord decode_tile(int t, int num_m, int heads, int pairs, int G,
+template <class Prm>
+__device__ __forceinline__ TileCoord decode_tile(const Prm& prm, int t, int pairs,
                                                  bool longest_first) {
-  const int group = t / (G * num_m);
-  const int g = min(G, pairs - group * G);
-  const int r = t - group * G * num_m;
-  const int mi = r / g;
-  const int hb = group * G + r % g;
-  return {longest_first ? num_m - 1 - mi : mi, hb % heads, hb / heads};
+  const int G = prm.sched_group, num_m = prm.num_m_blocks;
+  int group, r, mi, j, b, h;
+  prm.div_group_tiles(group, r, t);
+  if ((group + 1) * G >= pairs) {  // (the last group may hold fewer pairs)
+    prm.div_last_group(mi, j, r);
+  } else {
+    prm.div_group(mi, j, r);
+  }
+  prm.div_heads(b, h, group * G + j);
+  return {longest_first ? num_m - 1 - mi : mi, h, b};
 }
 
 template <class Traits, bool kGProj>
@@ -192,8 +208,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   const int stride = Traits::kPersistent ? int(gridDim.x) : 1;
   auto tile_at = [&](int t) -> TileCoord {
     if constexpr (Traits::kPersistent) {
-      return decode_tile(t, prm.num_m_blocks, p.heads, pairs, prm.sched_group,
-                         p.window_right >= 0);
+      return decode_tile(prm, t, pairs, p.window_right >= 0);
     } else {
       if (p.slot_rows) return {ss.slot_tile.x, ss.slot_tile.y, ss.slot_tile.z};
       // (causal: the longest query tiles first, grid_tile)
@@ -228,7 +243,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         const int buf = qi % kQBuf;
         // The buffer's previous tile must be done with it (its epilogue reads Q too).
         if (qi >= kQBuf) ss.q_empty[buf].wait((qi / kQBuf - 1) & 1);
-        const int hk = tc.h / (p.heads / p.heads_k), bq = p.cu_seqlens_q ? 0 : tc.b;
+        const int hk = prm.div_heads_per_kv.div(tc.h), bq = p.cu_seqlens_q ? 0 : tc.b;
         Tensor mQ = tma_rows(prm.tma_q, prm.rows_q, kHeadDim, p.heads, prm.batch_q, seq.q_start, tc.h, bq);
         // The keys of this (sequence, kv head): K' or K (both descriptors live in parameter
         // space; the TMA copies below take the chosen one's address).
@@ -313,7 +328,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     const int m0 = m_block * kBlockM;
     if (m0 >= seq.nq) continue;  // uniform for the block
     const int m_end = min(m0 + kBlockM, seq.nq);
-    const int hk = h / (p.heads / p.heads_k);
+    const int hk = prm.div_heads_per_kv.div(h);
     const Mask mask(seq.nq, seq.nk, p.window_left, p.window_right, p.diag_shift);
     int nb_min, nb_max;  // key tiles this query tile needs
     mask.key_blocks(m0, m_end, kBlockN, nb_min, nb_max);
@@ -715,6 +730,14 @@ void run_forward(const AttnParams& p, int total_q, int total_k) {
                                                                  (p.l2_bytes / 2) / kv_bytes)));
   } else if (!slot_grid(prm.p, Traits::kBlockM, total_q, p.heads, grid)) {
     grid = tile_grid(prm.p, prm.num_m_blocks, p.heads, p.batch);
+  }
+  {
+    const int pairs = p.heads * p.batch, G = prm.sched_group;
+    prm.div_group_tiles = cutlass::FastDivmod(G * prm.num_m_blocks);
+    prm.div_group = cutlass::FastDivmod(G);
+    prm.div_last_group = cutlass::FastDivmod(pairs - (pairs - 1) / G * G);
+    prm.div_heads = cutlass::FastDivmod(p.heads);
+    prm.div_heads_per_kv = cutlass::FastDivmod(p.heads / p.heads_k);
   }
   launch_sm90(kernel, grid, Traits::kNumThreads, smem, prm, p, "forward (sm90)");
 }

@@ -13,6 +13,23 @@ from gproj_cuda.centering import center_keys, key_shift
 torch.manual_seed(0)
 ONLY_HOPPER_BWD = os.environ.get("SANITIZE_ONLY_HOPPER_BWD") == "1"   # the newest kernels alone
 ONLY_FWD = os.environ.get("SANITIZE_ONLY_FWD") == "1"   # the forward variants (+ their backward)
+# Varlen slot grids (session 14) alone: every head dim and mode, 40 sequences (two rounds of the
+# warp's search), empty ones and whole tiles among them, forward and backward
+if os.environ.get("SANITIZE_ONLY_VARLEN") == "1":
+    lens = [0, 1, 127, 128, 129, 0, 300] + [int(x) for x in torch.randint(0, 90, (33,))]
+    cu = torch.tensor([0] + list(itertools.accumulate(lens)), dtype=torch.int32, device="cuda")
+    for d in (64, 128, 256):
+        for numerics in ("gproj", "fa3"):
+            for causal in (False, True):
+                q = torch.randn(sum(lens), 4, d, device="cuda", dtype=torch.bfloat16,
+                                requires_grad=True)
+                k = torch.randn(sum(lens), 2, d, device="cuda", dtype=torch.bfloat16,
+                                requires_grad=True)
+                o = gproj_cuda.attention_varlen(q, k, k, cu, cu, max(lens), max(lens),
+                                                causal=causal, numerics=numerics)
+                o.backward(torch.randn_like(o))
+    torch.cuda.synchronize()
+    raise SystemExit(0)
 for variant in (() if ONLY_HOPPER_BWD else ("0", "1", "2", "3", "4", "5", "6", "7", "9")):
     os.environ["GPROJ_FWD_VARIANT"] = variant
     for dtype in (torch.bfloat16, torch.float16):

@@ -48,6 +48,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     q: (total_q, heads, head_dim); k, v: (total_k, heads_k, head_dim); cu_seqlens_{q,k}: int32
     (batch + 1,) prefix sums of the sequence lengths (empty sequences allowed). The mask is
     applied per sequence. Returns out (total_q, heads, head_dim) or (out, lse (heads, total_q)).
+    The cu_seqlens values are checked once per tensor (a device sync), and again only after an
+    in-place write to it: pass the same tensors to every layer.
     """
     check_qkv(q, k, v, varlen=True)
     check_numerics(numerics)

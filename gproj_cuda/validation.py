@@ -104,7 +104,7 @@ def check_qkv(q, k, v, *, varlen: bool):
 # cu_seqlens tensors whose values have been read and found valid: id -> (weak reference, version
 # counter, last offset, longest length). Reading the values is a device sync: ~0.1 ms of idle GPU
 # per call at 16k tokens (the GPU waits while the host prepares the next launches; measured on
-# the H200, bench/NOTES.md session 14), and 30-50% of a varlen forward's time. A model calls
+# the H200, bench/NOTES.md session 14), and 25-50% of a varlen forward's time. A model calls
 # attention with the same cu_seqlens in every layer and in the backward, so they are read once:
 # later calls with the same tensor object, unmodified (torch bumps `_version` on every in-place
 # write, through any view), check their totals and maxima against the recorded values instead.

@@ -55,12 +55,15 @@ class Case:
         self.scale, self.window_right = self.d ** -0.5, (0 if self.causal else -1)
 
     @classmethod
-    def parse(cls, arg):
-        """"d,N", "d,N,causal", "d,N,gqa" or "d,N,causal,gqa"; N = vM: varlen of mean M."""
+    def parse(cls, arg, varlen=False):
+        """"d,N", "d,N,causal", "d,N,gqa" or "d,N,causal,gqa"; with varlen=True (the scripts
+        that take them) also N = vM: varlen of mean M."""
         f = arg.split(",")
         if any(x not in ("causal", "gqa") for x in f[2:]):
             raise ValueError(f"shape {arg!r}: expected d,N[,causal][,gqa] (N = vM: varlen)")
         if f[1].startswith("v"):
+            if not varlen:
+                raise ValueError(f"shape {arg!r}: varlen shapes (d,vM) are taken by fwd_ab.py only")
             return cls(int(f[0]), 0, "causal" in f[2:], "gqa" in f[2:], int(f[1][1:]))
         return cls(int(f[0]), int(f[1]), "causal" in f[2:], "gqa" in f[2:])
 

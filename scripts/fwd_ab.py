@@ -27,7 +27,7 @@ def main():
     print(f"{'d':>4} {'N':>6} {'mask':>18} | {'base':>6} {'ms':>8} | " +
           " ".join(f"{x:>14}" for x in names))
     for a in shapes:
-        c = Case.parse(a)
+        c = Case.parse(a, varlen=True)
         d, n, args, wr = c.d, c.n, c.forward_args(), c.window_right
         # The ratios' base: cuDNN (dense), FlashAttention-3 where importable (varlen), or the
         # first candidate

@@ -164,11 +164,12 @@ void forward_impl(const AttnParams& p) {
         return;
       }
     }
-    // d = 128: persistent (variant 0), except under a mask from N = 4k, where one tile per block
-    // (variant 3, pair after pair) measured faster; fa3 / gproj time, persistent against
+    // d = 128: persistent (variant 0), except under a mask beyond N = 8k, where one tile per
+    // block (variant 3, pair after pair) measured faster; fa3 / gproj time, persistent against
     // one-tile blocks, interleaved (bench/NOTES.md session 13, items 4 and 7): no mask 1k
     // -4% / -3%, 2k -1% / -2%, 8k 0% / -2%; causal 2k -3.5% / -4.5%, 4k +1% / -1%, 16k +19% /
-    // +17%.
+    // +17%; since the tile decode lost its divisions (session 14, item 10): causal 4k -0.6% /
+    // -1.1%, 8k -1.0% / -0.4%, GQA 4k -2.7% / -3.3%, 16k +19% / +18% (GQA +17% / +18%).
     // fa3 mode without a mask from N = 8k: FlashAttention-3's 176-key tiles (variant 9, one-tile
     // blocks), 3-4% faster there (8k -3.1%, 16k -4.0%); slower at 2k-4k (+1-1.5%), with a mask
     // (+0-11%) and in gproj mode (+0.4% at 8k, and -1.2% at 16k only).
@@ -177,7 +178,7 @@ void forward_impl(const AttnParams& p) {
     // 8-20% slower than one-tile blocks (bench/results/speed.json at ef60507 against 3da9c69,
     // mean lengths 1k and 4k; bench/NOTES.md session 13 item 9).
     if constexpr (D == 128) {
-      if ((masked && p.seqlen_q >= 4096) || p.cu_seqlens_q != 0) {
+      if ((masked && p.seqlen_q > 8192) || p.cu_seqlens_q != 0) {
         forward_sm90<T, D, 3>(p);
         return;
       }

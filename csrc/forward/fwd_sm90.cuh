@@ -651,7 +651,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 // are selected with GPROJ_FWD_VARIANT for A/B runs (bench/NOTES.md):
 //   1 no pingpong, 2 the default with the opposite O-rescale skipping (FwdTraits),
 //   3 persistence flipped (the default is persistent at d = 64 and 128; at d = 128 variant 3
-//   is also the default under a mask from N = 4k, forward_impl), 4 persistent + kBlockN 176
+//   is also the default under a mask beyond N = 8k, forward_impl), 4 persistent + kBlockN 176
 //   at d=128, 5 three consumer warpgroups (192-row query tiles) at d=64, 6 three consumer
 //   warpgroups on 192 x 192 tiles with P through shared memory at d=64 (FlashAttention-3's
 //   d = 64 non-causal shape), 7 the same with 160-key tiles, 9 176-key tiles at d=128 without
@@ -684,9 +684,9 @@ void run_forward(const AttnParams& p, int total_q, int total_k) {
   // Persistent at d = 64 and 128 (variant 3 flips it): at d = 64 it measured +3-7% in gproj
   // mode and -4 to +1% in fa3 mode (bench/NOTES.md v4); at d = 256 -4%. At d = 128 neutral
   // until session 13, when the O store by TMA and K loaded a tile ahead made it 1-5% faster
-  // except under a causal mask from N = 4k (16k: +17-19%; not the static round robin of tiles
+  // except under a causal mask at long N (16k: +17-19%; not the static round robin of tiles
   // over blocks: dealing waves in alternating directions changed nothing, bench/NOTES.md
-  // session 13 item 7): forward_impl takes variant 3 there. (Variants 5-7, three
+  // session 13 item 7): forward_impl takes variant 3 there, beyond N = 8k. (Variants 5-7, three
   // consumer warpgroups, stay non-persistent: the form that was measured; variant 5 is the
   // d = 64 default at long N, see forward_impl.)
   constexpr bool kPersistent =

@@ -125,7 +125,7 @@ struct FwdKernelParams {
   // Divisions of the tile decode (decode_tile) and of h -> kv head as multiply-high and shift:
   // a 32-bit integer division is ~25 instructions, and the persistent decode took five per
   // query tile and warp, ~130 of the ~1500 a tile spends outside its key loop at d = 128 N = 2k
-  // causal (ncu, bench/NOTES.md session 14). Set on the host (set_divisors).
+  // causal (ncu, bench/NOTES.md session 14). Set on the host, in run_forward.
   cutlass::FastDivmod div_group_tiles;  // G * num_m_blocks: the tiles of a full group
   cutlass::FastDivmod div_group;        // G: a full group's pairs
   cutlass::FastDivmod div_last_group;   // the last group's pairs

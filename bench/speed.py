@@ -217,10 +217,34 @@ def varlen_lengths(total, mean, seed=0):
     return tuple(lens)
 
 
+# Varlen mixes given length by length ("LxC+LxC": C sequences of L tokens each), e.g. a long
+# document packed with short ones: lengths far from uniform, where a grid sized by the longest
+# sequence wastes the most (bench/NOTES.md session 14). Their records carry varlen_mix.
+MIX_LABELS = {}
+
+
+def varlen_mix(spec):
+    """Lengths of a mix "LxC+LxC+..." (C sequences of L tokens, in that order)."""
+    lens = []
+    for part in spec.split("+"):
+        try:
+            length, count = (int(x) for x in part.split("x"))
+        except ValueError:
+            raise ValueError(f"varlen mix {spec!r}: expected LxC+LxC..., "
+                             "e.g. 8192x1+64x128") from None
+        if length < 1 or count < 1:
+            raise ValueError(f"varlen mix {spec!r}: lengths and counts must be >= 1")
+        lens += [length] * count
+    MIX_LABELS[tuple(lens)] = spec
+    return tuple(lens)
+
+
 def spec_shapes(quick=False, hdims=(64, 128, 256), seqlens=(1024, 2048, 4096, 8192, 16384),
-                gqa=True, gqa_seqlens=(4096, 16384), varlen_means=(1024, 4096), tokens=16384):
+                gqa=True, gqa_seqlens=(4096, 16384), varlen_means=(1024, 4096), tokens=16384,
+                varlen_mixes=()):
     """(hdim, seqlen, causal, heads_k divisor, kind, lengths): B*N = tokens, H*d = width;
-    kind "dense", "gqa" (heads_k = heads / 8) or "varlen" (lengths of the packed sequences)."""
+    kind "dense", "gqa" (heads_k = heads / 8) or "varlen" (lengths of the packed sequences: drawn
+    around varlen_means, or given by varlen_mixes)."""
     if quick:
         return [(128, 4096, False, 1, "dense", None), (128, 4096, True, 1, "dense", None)]
     shapes = []
@@ -233,8 +257,8 @@ def spec_shapes(quick=False, hdims=(64, 128, 256), seqlens=(1024, 2048, 4096, 81
         for n in gqa_seqlens:
             for causal in (False, True):
                 shapes.append((dg, n, causal, 8, "gqa", None))
-    for m in varlen_means:
-        lens = varlen_lengths(tokens, m)
+    mixes = [varlen_lengths(tokens, m) for m in varlen_means] + [varlen_mix(x) for x in varlen_mixes]
+    for lens in mixes:
         for causal in (False, True):
             shapes.append((dg, max(lens), causal, 1, "varlen", lens))
     return shapes
@@ -318,6 +342,9 @@ def main(argv=None):
     ap.add_argument("--gqa-seqlens", default="4096,16384", help="GQA shapes (d=128, heads_k=H/8)")
     ap.add_argument("--varlen-means", default="1024,4096",
                     help="mean sequence lengths of the varlen shapes (d=128); '' for none")
+    ap.add_argument("--varlen-mixes", default="8192x1+64x128",
+                    help="varlen shapes given length by length, comma-separated 'LxC+LxC' "
+                         "(C sequences of L tokens); '' for none")
     ap.add_argument("--flex-hdims", default="",
                     help="run flex only at shapes with these head dims (it compiles per shape)")
     ap.add_argument("--tokens", type=int, default=16384, help="B*N per shape")
@@ -351,7 +378,8 @@ def main(argv=None):
     flex_hdims = _ints(args.flex_hdims)
     records = []
     shapes = spec_shapes(args.quick, _ints(args.hdims), _ints(args.seqlens), not args.no_gqa,
-                         _ints(args.gqa_seqlens), _ints(args.varlen_means), args.tokens)
+                         _ints(args.gqa_seqlens), _ints(args.varlen_means), args.tokens,
+                         [x for x in args.varlen_mixes.split(",") if x])
     si0, sn = (int(x) for x in args.shard.split("/"))
     shapes = shapes[si0::sn]
     print(f"{gpu}, torch {torch.__version__}, {len(shapes)} shapes x {len(impls)} impls"
@@ -404,6 +432,8 @@ def main(argv=None):
                            torch=torch.__version__, commit=commit, shape=kind, rounds=len(rs))
                 if lens:
                     rec.update(tokens=sum(lens), seqlens_mean=round(sum(lens) / len(lens)))
+                    if tuple(lens) in MIX_LABELS:
+                        rec.update(varlen_mix=MIX_LABELS[tuple(lens)])
                 records.append(rec)
         if args.out and records:
             with open(args.out + ".tmp", "w") as f:

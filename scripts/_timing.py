@@ -1,10 +1,14 @@
 """Shared by the scripts/*_breakdown.py and *_ab.py measurements: CUDA-event medians, and the
 bench shapes (B·N = 16k tokens, H·d = 2048, bf16) from a "d,N[,causal]" argument."""
 import os
+import sys
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
+from speed import varlen_lengths  # noqa: E402  (bench/speed.py: the varlen shapes' lengths)
 
 
 def timed(fn, reps=20):
@@ -38,9 +42,6 @@ class Case:
         self.Hk = self.H // 8 if self.gqa else self.H
         self.cu = None
         if self.varlen_mean:
-            import sys
-            sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
-            from speed import varlen_lengths
             lens = varlen_lengths(16384, self.varlen_mean)
             self.B, self.n = len(lens), max(lens)
             offsets = [0]

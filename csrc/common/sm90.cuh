@@ -218,7 +218,6 @@ __device__ __forceinline__ void cp_async_zfill(V* smem, const V* gmem, bool ok) 
                "n"(int(sizeof(V))), "r"(ok ? int(sizeof(V)) : 0) : "memory");
 }
 
-// One WGMMA batch: C (+)= A B over the k mode, committed, not waited.
 // A warpgroup's slice of a TiledMma, for the fragments of its shared-memory operands (the GMMA
 // descriptors). Indexed by the warpgroup, which canonical_warp_group_idx broadcasts with a
 // shuffle, so the compiler knows the value is warp-uniform and builds the descriptors in uniform
@@ -231,6 +230,7 @@ __device__ __forceinline__ auto warpgroup_slice(TiledMma const& mma, int warpgro
   return mma.get_slice(warpgroup * cutlass::NumThreadsPerWarpGroup);
 }
 
+// One WGMMA batch: C (+)= A B over the k mode, committed, not waited.
 template <bool kZeroInit, class Mma, class TA, class TB, class TC>
 __device__ __forceinline__ void wg_gemm(Mma& mma, TA const& a, TB const& b, TC& c) {
   warpgroup_fence_operand(c);

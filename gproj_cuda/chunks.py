@@ -110,6 +110,7 @@ def forward_chunk(q: Tensor, k: Tensor, v: Tensor, *, softmax_scale: float, nume
                 stats[b] = st
         return out, stats
     from . import _ext
+    from .ops import tile_counter
     q, k, v = _ready(q, k, v)
     out = torch.empty(q.shape, dtype=torch.float32, device=q.device)
     lse = torch.empty((B, H, nq), dtype=torch.float32, device=q.device)
@@ -120,6 +121,7 @@ def forward_chunk(q: Tensor, k: Tensor, v: Tensor, *, softmax_scale: float, nume
     if numerics == "gproj":  # keys come centered; the kernel's lse correction is then 0
         zero_shift = torch.zeros((B, k.shape[2], d), dtype=k.dtype, device=k.device)
         p.k_shift = zero_shift.data_ptr()
+    counter = tile_counter(p, q.device)  # noqa: F841 (alive until the launch is queued)
     _ext.extension().forward(p)
     return out, stats
 

@@ -41,6 +41,17 @@ def _new(shape, dtype, device):
     return torch.empty(shape, dtype=dtype, device=device)
 
 
+def tile_counter(p, device) -> Optional[Tensor]:
+    """Scratch for the persistent Hopper forward's tile counter (AttnParams::tile_counter), set
+    in ``p`` under a mask (where its query tiles differ in length); the launch zeroes it. The
+    caller keeps the returned tensor alive until the launch is queued."""
+    if p.window_left < 0 and p.window_right < 0:
+        return None
+    counter = torch.empty(1, dtype=torch.int32, device=device)
+    p.tile_counter = counter.data_ptr()
+    return counter
+
+
 def _rowstat_shape(q: Tensor, varlen: bool, heads: int):
     return (heads, q.shape[0]) if varlen else (q.shape[0], heads, q.shape[1])
 
@@ -186,6 +197,7 @@ def forward_kernel(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics, k
         p.k_centered, p.kc_stride = k_centered.data_ptr(), _strides3(k_centered, varlen)
     if center_flags is not None:
         p.k_center_flags = center_flags.data_ptr()
+    counter = tile_counter(p, q.device)  # noqa: F841 (alive until the launch is queued)
     _ext.extension().forward(p)
     return out, lse, stats
 

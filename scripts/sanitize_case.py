@@ -30,6 +30,18 @@ if os.environ.get("SANITIZE_ONLY_VARLEN") == "1":
                 o.backward(torch.randn_like(o))
     torch.cuda.synchronize()
     raise SystemExit(0)
+# The persistent forward's tile counter (session 15) alone: more query tiles than SMs under a
+# causal mask, over as many keys and over fewer (the top tiles see none), every head dim and mode
+if os.environ.get("SANITIZE_ONLY_TILES") == "1":
+    for d in (64, 128, 256):
+        os.environ["GPROJ_FWD_VARIANT"] = "3" if d == 256 else "8"  # persistent at every d
+        for numerics in ("gproj", "fa3"):
+            for nk in (1100, 300):
+                q = torch.randn(2, 1100, 8, d, device="cuda", dtype=torch.bfloat16)
+                k = torch.randn(2, nk, 2, d, device="cuda", dtype=torch.bfloat16)
+                gproj_cuda.attention(q, k, k, causal=True, numerics=numerics)
+    torch.cuda.synchronize()
+    raise SystemExit(0)
 for variant in (() if ONLY_HOPPER_BWD else ("0", "1", "2", "3", "4", "5", "6", "7", "9")):
     os.environ["GPROJ_FWD_VARIANT"] = variant
     for dtype in (torch.bfloat16, torch.float16):

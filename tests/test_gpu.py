@@ -388,7 +388,8 @@ def test_forward_o_by_tma_and_k_ahead_are_bitwise_the_old_paths(d, numerics, mon
     """Since session 13 the sm90 forward's producer loads K a tile ahead of V and O leaves through
     shared memory by TMA stores (the consumers' own stores where a store could pass the
     sequence's end: varlen tiles that are not whole). Neither changes arithmetic: output and LSE
-    must be bitwise those of the old paths (GPROJ_FWD_AB=1, 2, 3), on a dense problem with a
+    must be bitwise those of the old paths (GPROJ_FWD_AB=2; bit 1, K and V together, is retired
+    since session 15), on a dense problem with a
     partial last tile (causal and not), varlen sequences of whole and partial tiles, and an
     output whose rows are not contiguous (a slice of a wider tensor)."""
     if torch.cuda.get_device_capability()[0] < 9:
@@ -424,10 +425,51 @@ def test_forward_o_by_tma_and_k_ahead_are_bitwise_the_old_paths(d, numerics, mon
     new = run()
     assert torch.isnan(new[-1][..., :d]).all(), "a store outside the output view"
     assert row_rel_err(new[0][:, :256], reference.attention(q[:, :256], k, v)) < 1e-2
-    for ab in ("1", "2", "3"):
+    for ab in ("2",):
         monkeypatch.setenv("GPROJ_FWD_AB", ab)
         for a, b in zip(new, run()):
             torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("numerics", ["gproj", "fa3"])
+@pytest.mark.parametrize("d", HDIMS)
+def test_persistent_forward_tile_counter_is_bitwise_the_round_robin(d, numerics, monkeypatch):
+    """Since session 15 the persistent sm90 forward hands its query tiles out from a counter
+    under a mask (AttnParams::tile_counter) instead of dealing them round robin. Every tile must
+    be computed once, whichever block takes it: output and LSE bitwise those of the round robin
+    (GPROJ_FWD_AB=8) and close to the float64 reference, with more tiles than SMs, under a
+    causal mask (tiles of every length), a sliding window, GQA, and a causal mask over fewer keys
+    than queries (the top tiles see no key: handed over without a Q load, written as empty
+    rows)."""
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("needs a Hopper GPU")
+    # the persistent kernel at every head dim and length (d = 256: variant 3)
+    monkeypatch.setenv("GPROJ_FWD_VARIANT", "3" if d == 256 else "8")
+    g = torch.Generator(device=DEV).manual_seed(5 * d + (numerics == "fa3"))
+    cases = [(2100, 2100, 8, 8, -1, 0), (2100, 2100, 8, 2, 300, 0), (1100, 300, 16, 4, -1, 0)]
+    for nq, nk, h, hk, wl, wr in cases:
+        q = rand(2, nq, h, d, g=g)
+        k, v = rand(2, nk, hk, d, g=g, scale=2) + 1, rand(2, nk, hk, d, g=g)
+        s = d ** -0.5
+        runs = []
+        for ab in (None, "8"):
+            if ab is None:
+                monkeypatch.delenv("GPROJ_FWD_AB", raising=False)
+            else:
+                monkeypatch.setenv("GPROJ_FWD_AB", ab)
+            o, lse, _ = forward_cuda(q, k, v, None, None, nq, nk, s, wl, wr, numerics)
+            runs.append((o, lse))
+        (o, lse), (o_rr, lse_rr) = runs
+        assert not torch.isnan(o).any() and not torch.isnan(lse).any()
+        torch.testing.assert_close(o, o_rr, rtol=0, atol=0)
+        torch.testing.assert_close(lse, lse_rr, rtol=0, atol=0)
+        want, want_lse = reference.attention(q, k, v, causal=True, window_size=(wl, -1),
+                                             return_lse=True)
+        assert row_rel_err(o, want) < 1e-2, (nq, nk, wl)
+        seen = torch.isfinite(want_lse)
+        assert torch.equal(seen, torch.isfinite(lse)), "rows without keys: LSE +inf"
+        assert (o.transpose(1, 2)[~seen] == 0).all(), "rows without keys: output 0"
+        torch.testing.assert_close(lse[seen].double(), want_lse[seen], rtol=0, atol=2e-2)
 
 
 @pytest.mark.parametrize("nseq", [3, 70, 1100])

@@ -49,6 +49,10 @@ struct AttnParams {
   uint64_t rs_accum = 0;      // double2 per query row (rowstat index): += {r, s} (gproj)
   uint64_t dv_accum = 0;      // fp32, dv_stride: += dV (dK goes to dk_accum, += alpha dK)
   uint64_t out_f32 = 0;       // forward: if set, O goes here in fp32 (o_stride) instead of `out`
+  // Forward, optional: one int32 of scratch for the persistent sm90 forward's tile counter under a
+  // mask (query tiles handed out dynamically; the launch zeroes it on its stream first). 0: tiles
+  // are dealt round robin.
+  uint64_t tile_counter = 0;
 
   // ---- strides in elements: {batch, row, head} ------------------------------------------
   int64_t q_stride[3] = {0, 0, 0}, k_stride[3] = {0, 0, 0}, v_stride[3] = {0, 0, 0};

@@ -42,14 +42,23 @@ inline int tile_order() {
 }
 
 // GPROJ_FWD_AB (A/B runs, a bit mask; the sm90 forward's choices that are runtime flags):
-//   1: the producer loads K and V of a tile together (before session 13), not K a tile ahead;
+//   1: retired in session 15 (the producer loaded K and V of a tile together, before session 13;
+//      K a tile ahead measured faster, and the switch cost the producer's thread a register);
 //   2: the consumers store O with their own 16-byte stores (before session 13), not by TMA;
 //   4: varlen grids as long as the longest sequence in every sequence (before session 14), not
 //      slots of real tiles (slot_grid, csrc/common/tile.cuh); this bit applies to every varlen
-//      pass of one-tile blocks, the backward's and the centering pre-pass's too.
+//      pass of one-tile blocks, the backward's and the centering pre-pass's too;
+//   8: the persistent forward deals its query tiles round robin under a mask too (before
+//      session 15), instead of handing them out from a tile counter (AttnParams::tile_counter);
+//  16: the persistent forward under a mask schedules one (sequence, head) pair at a time (the
+//      one-tile grid's order), not groups of pairs whose K and V fill half of L2.
+// Written as a decimal number (1 to 31).
 inline int fwd_ab() {
   const char* v = std::getenv("GPROJ_FWD_AB");
-  return v != nullptr && v[0] >= '1' && v[0] <= '7' && v[1] == '\0' ? v[0] - '0' : 0;
+  if (v == nullptr) return 0;
+  char* end = nullptr;
+  const long bits = std::strtol(v, &end, 10);
+  return end != v && *end == '\0' && bits >= 1 && bits <= 31 ? int(bits) : 0;
 }
 
 // GPROJ_BWD_VARIANT for A/B runs of the gproj Hopper backward (fa3 mode: only variant 9):

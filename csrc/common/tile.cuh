@@ -214,6 +214,20 @@ struct Mask {
     return i1 > nq || j1 > nk || (right >= 0 && j1 - 1 > i0 + offset() + right) ||
            (left >= 0 && j0 < i1 - 1 + offset() - left);
   }
+  // The key tiles nb of width bn whose every (i, j) the queries [i0, i0 + bm) see: lo <= nb < hi,
+  // i.e. tile_partial(i0, i0 + bm, nb * bn, (nb + 1) * bn) == (nb >= hi || nb < lo) for every
+  // nb >= 0. Computed once per query tile, so that a key loop tests two registers per tile
+  // instead of tile_partial's window bounds, which the compiler reloads from the parameters
+  // every iteration (an LDC and its latency per key tile: ~4% of the forward's stall samples at
+  // d = 128 N = 8k causal, ncu, bench/NOTES.md session 15).
+  __device__ __forceinline__ void full_blocks(int i0, int bm, int bn, int& lo, int& hi) const {
+    // top: (nb + 1) * bn <= min(nk, i0 + offset() + right + 1)
+    const int top = right >= 0 ? min(nk, i0 + offset() + right + 1) : nk;
+    hi = i0 + bm > nq || top < 0 ? INT_MIN : top / bn;
+    // bottom: nb * bn >= i0 + bm - 1 + offset() - left
+    const int bottom = left >= 0 ? i0 + bm - 1 + offset() - left : 0;
+    lo = bottom <= 0 ? 0 : (bottom + bn - 1) / bn;
+  }
 };
 
 // cp.async a ROWS x D tile (row pitch D + 8 in smem) from global rows with stride `row_stride`;

@@ -105,6 +105,9 @@ struct FwdTraits : Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_, kMmaWarpGroups_>
     alignas(16) typename Pipeline::SharedStorage pipe_k;
     alignas(16) typename Pipeline::SharedStorage pipe_v;
     int4 slot_tile;  // varlen slots (one-tile blocks): {m_block, head, sequence} of this block
+    // Persistent: the schedule index of the tile whose Q goes to buffer i, written by the
+    // producer before it arrives on barrier_q[i] (an index past the schedule: no more tiles).
+    int tile_of[kQBuffers];
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
 };
@@ -122,6 +125,9 @@ struct FwdKernelParams {
   int rows_q, rows_k, batch_q;  // extents of the TMA tensors (varlen: packed rows, batch 1)
   int num_m_blocks;             // query tiles per (sequence, head) (longest sequence)
   int sched_group;              // persistent: (sequence, head) pairs scheduled together
+  // Persistent: the schedule's tiles (num_m_blocks x pairs) and its last group's index, set on
+  // the host so that the producer's thread (24 registers) reads them from the parameters.
+  int num_tiles, last_group;
   // Divisions of the tile decode (decode_tile) and of h -> kv head as multiply-high and shift:
   // a 32-bit integer division is ~25 instructions, and the persistent decode took five per
   // query tile and warp, ~130 of the ~1500 a tile spends outside its key loop at d = 128 N = 2k
@@ -131,6 +137,13 @@ struct FwdKernelParams {
   cutlass::FastDivmod div_last_group;   // the last group's pairs
   cutlass::FastDivmod div_heads;        // heads
   cutlass::FastDivmod div_heads_per_kv;  // heads / heads_k
+  // Persistent under a mask: a zeroed counter from which the producers take their blocks' next
+  // tiles (FlashAttention-3's scheme). Query tiles under a causal mask differ in length up to
+  // N / kBlockN times, and dealt round robin (a static schedule) they leave the busiest block
+  // with more work than the mean (scripts/sched_model.py). Measured against the round robin at
+  // d = 128 (bench/NOTES.md session 15): causal 2k -3%, 4k -2.7%, 8k -1.9%; d = 64 -1%.
+  // nullptr: the round robin.
+  int* tile_counter;
   AttnParams p;
 };
 
@@ -141,12 +154,11 @@ struct TileCoord {
   int m_block, h, b;
 };
 template <class Prm>
-__device__ __forceinline__ TileCoord decode_tile(const Prm& prm, int t, int pairs,
-                                                 bool longest_first) {
+__device__ __forceinline__ TileCoord decode_tile(const Prm& prm, int t, bool longest_first) {
   const int G = prm.sched_group, num_m = prm.num_m_blocks;
   int group, r, mi, j, b, h;
   prm.div_group_tiles(group, r, t);
-  if ((group + 1) * G >= pairs) {  // (the last group may hold fewer pairs)
+  if (group >= prm.last_group) {  // (the last group may hold fewer pairs)
     prm.div_last_group(mi, j, r);
   } else {
     prm.div_group(mi, j, r);
@@ -202,19 +214,26 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 
   // The tiles of this block: one (the grid's coordinates), or, persistent, every gridDim.x-th
   // tile of the schedule. Producer and consumers walk the same sequence and skip the same tiles.
-  const int pairs = p.heads * p.batch;
-  const int num_tiles = Traits::kPersistent ? prm.num_m_blocks * pairs : 1;
+  const int num_tiles = Traits::kPersistent ? prm.num_tiles : 1;
   const int first = Traits::kPersistent ? int(blockIdx.x) : 0;
   const int stride = Traits::kPersistent ? int(gridDim.x) : 1;
   auto tile_at = [&](int t) -> TileCoord {
     if constexpr (Traits::kPersistent) {
-      return decode_tile(prm, t, pairs, p.window_right >= 0);
+      return decode_tile(prm, t, p.window_right >= 0);
     } else {
       if (p.slot_rows) return {ss.slot_tile.x, ss.slot_tile.y, ss.slot_tile.z};
       // (causal: the longest query tiles first, grid_tile)
       const GridTile gt = grid_tile(p, /*longest_last=*/true);
       return {gt.tile, gt.head, gt.batch};
     }
+  };
+  // The producer's next tile after t: from the tile counter (claimed; every block's first tile is
+  // its blockIdx.x, so the counter's k-th ticket is tile gridDim.x + k), or the round robin's.
+  auto next_tile = [&](int t) -> int {
+    if constexpr (Traits::kPersistent) {
+      if (prm.tile_counter != nullptr) return atomicAdd(prm.tile_counter, 1) + int(gridDim.x);
+    }
+    return t + stride;
   };
   auto q_buffer = [&](int i) {
     return make_tensor(make_smem_ptr(ss.q.data() + i * cute::cosize_v<typename Traits::SmemLayoutQ>),
@@ -230,19 +249,40 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     if (threadIdx.x == 0) {
       PipelineState wr_k = cutlass::make_producer_start_state<Pipeline>();
       PipelineState wr_v = cutlass::make_producer_start_state<Pipeline>();
-      int qi = 0;  // tiles whose Q this block has loaded
-      for (int t = first; t < num_tiles; t += stride) {
-        const TileCoord tc = tile_at(t);
+      // Persistent: every tile goes to the consumers through a Q buffer (ss.tile_of, then
+      // barrier_q), tiles without keys (no Q load) and the end of the schedule too, so the
+      // consumers follow whatever order the producer took. One tile per block: no hand-over.
+      int t = first;
+      for (int qi = 0; Traits::kPersistent || qi < 1; ++qi) {  // qi: Q buffers handed over
+        // The next tile with rows (varlen: a sequence shorter than the longest has none past its
+        // end; nobody computes those).
+        TileCoord tc{};
+        for (; t < num_tiles; t = next_tile(t)) {
+          tc = tile_at(t);
+          if (tc.m_block * kBlockM < SeqBounds(p, tc.b).nq) break;
+        }
+        const int buf = qi % kQBuf;
+        if constexpr (Traits::kPersistent) {
+          // The buffer's previous tile must be done with it (its epilogue reads Q too).
+          if (qi >= kQBuf) ss.q_empty[buf].wait((qi / kQBuf - 1) & 1);
+          ss.tile_of[buf] = t;
+          if (t >= num_tiles) {  // the end: handed over like a tile, by a plain arrive
+            ss.barrier_q[buf].arrive();
+            break;
+          }
+        } else if (t >= num_tiles) {
+          break;
+        }
         const SeqBounds seq(p, tc.b);
         const int m0 = tc.m_block * kBlockM;
-        if (m0 >= seq.nq) continue;
         const Mask mask(seq.nq, seq.nk, p.window_left, p.window_right, p.diag_shift);
         int nb_min, nb_max;  // key tiles this query tile needs
         mask.key_blocks(m0, min(m0 + kBlockM, seq.nq), kBlockN, nb_min, nb_max);
-        if (nb_max <= nb_min) continue;
-        const int buf = qi % kQBuf;
-        // The buffer's previous tile must be done with it (its epilogue reads Q too).
-        if (qi >= kQBuf) ss.q_empty[buf].wait((qi / kQBuf - 1) & 1);
+        if (nb_max <= nb_min) {  // its rows see no key: the consumers write them without Q
+          if constexpr (Traits::kPersistent) ss.barrier_q[buf].arrive();
+          t = next_tile(t);
+          continue;
+        }
         const int hk = prm.div_heads_per_kv.div(tc.h), bq = p.cu_seqlens_q ? 0 : tc.b;
         Tensor mQ = tma_rows(prm.tma_q, prm.rows_q, kHeadDim, p.heads, prm.batch_q, seq.q_start, tc.h, bq);
         // The keys of this (sequence, kv head): K' or K (both descriptors live in parameter
@@ -262,13 +302,18 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
                                         group_modes<0, 2>(gV));
         ss.barrier_q[buf].arrive_and_expect_tx(kBlockM * kHeadDim * int(sizeof(Element)));
         copy(prm.tma_q.with(reinterpret_cast<uint64_t&>(ss.barrier_q[buf]), 0), tQg, tQs);
+        // The next tile is claimed now, as this one's loads begin (with the tile counter, an
+        // atomic whose latency the K/V loads below hide), and taken up after them.
+        const int t_next = next_tile(t);
         // K one tile ahead of V (K_top, K_top-1, V_top, K_top-2, V_top-1, ...), in the order
         // the consumers need them: V of tile n is consumed by the P.V GEMM issued after S of tile
         // n - 1, and its stage is freed a tile later than K's. Issued K, V, K, V, ..., the load
         // of K n - 2 waited behind the acquire of V n's stage: ~6% of the consumers' stall
         // samples were on the K and V barriers at d = 128 N = 2k (ncu, bench/NOTES.md session 13).
-        // (GPROJ_FWD_AB bit 1: the old order, for A/B runs.)
-        const int k_ahead = (p.fwd_ab & 1) ? 0 : 1;
+        // (The old order was GPROJ_FWD_AB bit 1 until session 15.)
+        // (Not unrolled: the producer's thread has 24 registers, and the unrolled loop spilled.)
+        constexpr int k_ahead = 1;
+#pragma unroll 1
         for (int nb = nb_max - 1 + k_ahead; nb >= nb_min; --nb) {
           const int nk = nb - k_ahead;  // this step's K tile, then V tile nb
           if (nk >= nb_min) {
@@ -282,7 +327,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
             ++wr_v;
           }
         }
-        ++qi;
+        t = t_next;
       }
     }
     return;
@@ -319,21 +364,34 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   auto r2s_p = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_qk);
   auto r2s_p_thr = r2s_p.get_thread_slice(tid);
   PipelineState rd_k, rd_v;  // continue across tiles, as the producer's state does
-  int qi = 0;
+  int tiles_with_keys = 0;    // (pingpong's opening and closing turns)
 
-  for (int t = first; t < num_tiles; t += stride) {
+  // (One tile per block: one iteration, visibly to the compiler: as a loop whose trip count it
+  // could not bound, the d = 256 consumers spilled.)
+  for (int qi = 0; Traits::kPersistent || qi < 1; ++qi) {  // qi: Q buffers taken over
+    const int buf = qi % kQBuf;
+    int t = first;
+    if constexpr (Traits::kPersistent) {
+      // The producer's next tile (or the end), handed over with its Q buffer. (Tiles without
+      // keys come this way too, without a Q load.)
+      ss.barrier_q[buf].wait((qi / kQBuf) & 1);
+      t = ss.tile_of[buf];
+      if (t >= num_tiles) break;
+    }
     const TileCoord tc = tile_at(t);
     const int m_block = tc.m_block, h = tc.h, b = tc.b;
     const SeqBounds seq(p, b);
     const int m0 = m_block * kBlockM;
-    if (m0 >= seq.nq) continue;  // uniform for the block
+    if (m0 >= seq.nq) continue;  // uniform for the block (one tile per block: a varlen tile past
+                                 // its sequence; the persistent producer hands none over)
     const int m_end = min(m0 + kBlockM, seq.nq);
     const int hk = prm.div_heads_per_kv.div(h);
     const Mask mask(seq.nq, seq.nk, p.window_left, p.window_right, p.diag_shift);
     int nb_min, nb_max;  // key tiles this query tile needs
     mask.key_blocks(m0, m_end, kBlockN, nb_min, nb_max);
     const bool has_keys = nb_max > nb_min;
-    const int buf = qi % kQBuf;
+    int full_lo, full_hi;  // key tiles in [full_lo, full_hi) need no mask (Mask::full_blocks)
+    mask.full_blocks(m0, kBlockM, kBlockN, full_lo, full_hi);
     Tensor sQ = q_buffer(buf);
     Tensor tSrQ = wg_qk.partition_fragment_A(sQ);
     const T* shift = p.k_shift ? reinterpret_cast<const T*>(p.k_shift) +
@@ -371,7 +429,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     auto softmax = [&](auto& tSrS, int nb) {
       const int n0 = nb * kBlockN;
       Tensor s_rc = make_tensor(tSrS.data(), acc_rowcol(tSrS.layout()));
-      if (mask.tile_partial(m0, m0 + kBlockM, n0, n0 + kBlockN)) {
+      if (nb >= full_hi || nb < full_lo) {  // (mask.tile_partial)
         // Per row, the visible columns as one range of offsets from this thread's first column
         // (the offsets are compile-time constants of the accumulator layout).
         const int col0 = get<1>(sc_rc(0, 0));
@@ -462,7 +520,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     };
 
     if (has_keys) {
-      ss.barrier_q[buf].wait((qi / kQBuf) & 1);
+      if constexpr (!Traits::kPersistent) ss.barrier_q[buf].wait(0);
       Tensor tSrS = partition_fragment_C(mma_qk, select<0, 1>(typename Traits::TileShape{}));
       Tensor tOrP = make_tensor_like<Element>(tSrS);
       // The PV GEMM's A operand: P's registers, or its shared-memory descriptors.
@@ -482,7 +540,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       // Persistent: the opening pass happens on the block's first tile only; on later tiles
       // consumer 0's first wait takes the last consumer's last pass of the previous tile.
       if constexpr (Traits::kPingpong) {
-        if (consumer == kWGs - 1 && (!Traits::kPersistent || qi == 0)) turn_pass<kWGs>(consumer);
+        if (consumer == kWGs - 1 && tiles_with_keys == 0) turn_pass<kWGs>(consumer);
         turn_wait(consumer);
       }
       issue_s(tSrS, rd_k);
@@ -613,7 +671,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         if constexpr (Traits::kPersistent) cutlass::arch::fence_view_async_shared();
       }
     } else {
-      // Rows without keys (Q never loaded: the buffer may belong to the producer's next tile),
+      // Rows without keys (Q never loaded; one tile per block: the buffer was never filled),
       // an fp32 output (context parallelism merges chunks) or unaligned strides: direct stores.
       float* gOf = p.out_f32 ? reinterpret_cast<float*>(p.out_f32) + o_off : nullptr;
       CUTLASS_PRAGMA_UNROLL
@@ -634,15 +692,15 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       }
     }
 
-    if (has_keys) {  // Q (GEMMs, q . shift, the O staging) no longer needed: free the buffer
-      if constexpr (Traits::kPersistent) ss.q_empty[buf].arrive();
-      ++qi;
-    }
+    // Q (GEMMs, q . shift, the O staging) no longer needed: the buffer goes back to the producer
+    // (every tile handed over, with keys or not).
+    if constexpr (Traits::kPersistent) ss.q_empty[buf].arrive();
+    if (has_keys) ++tiles_with_keys;
   }
   // Persistent pingpong: consumer 0 takes consumer 1's last pass, so no barrier is left
-  // half-arrived (qi is the same in both warpgroups: the tiles with keys).
+  // half-arrived (tiles_with_keys is the same in every warpgroup).
   if constexpr (Traits::kPersistent && Traits::kPingpong) {
-    if (consumer == 0 && qi > 0) turn_wait(consumer);
+    if (consumer == 0 && tiles_with_keys > 0) turn_wait(consumer);
   }
 #endif
 }
@@ -719,6 +777,7 @@ void run_forward(const AttnParams& p, int total_q, int total_k) {
   if (prm.num_m_blocks == 0) return;
   dim3 grid;
   prm.sched_group = 1;
+  prm.tile_counter = nullptr;
   if constexpr (Traits::kPersistent) {  // (the dispatcher's device properties, launch.cu)
     if (p.num_sms <= 0 || p.l2_bytes <= 0)
       throw std::logic_error("persistent sm90 forward: num_sms / l2_bytes unset (launch.cu sets them)");
@@ -728,11 +787,24 @@ void run_forward(const AttnParams& p, int total_q, int total_k) {
     const int64_t kv_bytes = 2 * int64_t(std::max(p.seqlen_k, 1)) * kHeadDim * int64_t(sizeof(T));
     prm.sched_group = int(std::max<int64_t>(1, std::min<int64_t>(int64_t(p.heads) * p.batch,
                                                                  (p.l2_bytes / 2) / kv_bytes)));
+    // Under a mask the tiles differ in length: handed out by a counter (zeroed here, in the
+    // launch's stream, so CUDA graphs capture it as a memset node), unless the caller gave no
+    // scratch for it or GPROJ_FWD_AB bit 8 asks for the round robin.
+    const bool masked = p.window_left >= 0 || p.window_right >= 0;
+    if (masked && (p.fwd_ab & 16)) prm.sched_group = 1;
+    if (masked && p.tile_counter != 0 && !(p.fwd_ab & 8) && int64_t(grid.x) < tiles) {
+      prm.tile_counter = reinterpret_cast<int*>(p.tile_counter);
+      check_cuda(cudaMemsetAsync(prm.tile_counter, 0, sizeof(int),
+                                 reinterpret_cast<cudaStream_t>(p.stream)),
+                 "forward (sm90): zeroing the tile counter");
+    }
   } else if (!slot_grid(prm.p, Traits::kBlockM, total_q, p.heads, grid)) {
     grid = tile_grid(prm.p, prm.num_m_blocks, p.heads, p.batch);
   }
   {
     const int pairs = p.heads * p.batch, G = prm.sched_group;
+    prm.num_tiles = prm.num_m_blocks * pairs;
+    prm.last_group = (pairs - 1) / G;
     prm.div_group_tiles = cutlass::FastDivmod(G * prm.num_m_blocks);
     prm.div_group = cutlass::FastDivmod(G);
     prm.div_last_group = cutlass::FastDivmod(pairs - (pairs - 1) / G * G);

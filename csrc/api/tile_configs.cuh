@@ -157,10 +157,19 @@ void forward_impl(const AttnParams& p) {
     // +6% / +7%, 2k -8% / -5%, 4k -11% / -7%, 8k -15% / -11%, 16k -16% / -12%; causal 1k +27%,
     // 2k +6% / +9%, 4k 0% / +3%, 8k -9% / -4%, 16k -11% / -7%. (Short or masked rows leave more
     // of a 192-row tile idle on its diagonal and in its last rows.)
+    // Since session 15 the three warpgroups run persistent (variant 4; under a mask with the tile
+    // counter) from N = 4k under a mask and 2k without, except in fa3 mode beyond 8k; fa3 / gproj
+    // time against the previous choice (bench/NOTES.md session 15): causal 2k +1% / +0.5% (so
+    // not there), 4k -1.9% / -1.6%, 8k 0% / -4.0%, 16k +2.3% / -2.4%, GQA 4k -1.8% / -1.8%; no
+    // mask 2k -4.7% / -8.1%, 4k 0% / -4.9%, 16k +2.2% / -3.2%.
     const bool masked = p.window_left >= 0 || p.window_right >= 0;
     if constexpr (D == 64) {
-      if (p.seqlen_q >= (masked ? 8192 : 2048)) {
-        forward_sm90<T, D, 5>(p);
+      if (p.seqlen_q >= (masked ? 4096 : 2048)) {
+        if (p.numerics == int(Numerics::kFA3) && p.seqlen_q > 8192) {
+          forward_sm90<T, D, 5>(p);
+        } else {
+          forward_sm90<T, D, 4>(p);
+        }
         return;
       }
     }

@@ -302,9 +302,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
                                         group_modes<0, 2>(gV));
         ss.barrier_q[buf].arrive_and_expect_tx(kBlockM * kHeadDim * int(sizeof(Element)));
         copy(prm.tma_q.with(reinterpret_cast<uint64_t&>(ss.barrier_q[buf]), 0), tQg, tQs);
-        // The next tile is claimed now, as this one's loads begin (with the tile counter, an
-        // atomic whose latency the K/V loads below hide), and taken up after them.
-        const int t_next = next_tile(t);
+        // The next tile is claimed below, once this one's loads are issued, i.e. about two key
+        // tiles before its consumers finish it. Claimed as its loads began (until session 15's
+        // last change), a tile waited behind a whole tile of its block while other blocks could
+        // run out of work (scripts/sched_model.py --claim-ahead: the busiest block's work
+        // 1.07-1.09x the mean at N = 4k-16k causal, against 1.04x).
         // K one tile ahead of V (K_top, K_top-1, V_top, K_top-2, V_top-1, ...), in the order
         // the consumers need them: V of tile n is consumed by the P.V GEMM issued after S of tile
         // n - 1, and its stage is freed a tile later than K's. Issued K, V, K, V, ..., the load
@@ -327,7 +329,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
             ++wr_v;
           }
         }
-        t = t_next;
+        t = next_tile(t);
       }
     }
     return;
@@ -710,7 +712,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 //   1 no pingpong, 2 the default with the opposite O-rescale skipping (FwdTraits),
 //   3 persistence flipped (the default is persistent at d = 64 and 128; at d = 128 variant 3
 //   is also the default under a mask beyond N = 8k, forward_impl), 4 persistent + kBlockN 176
-//   at d=128, 5 three consumer warpgroups (192-row query tiles) at d=64, 6 three consumer
+//   at d=128 and persistent with three consumer warpgroups (192-row query tiles) at d=64, 5
+//   three consumer warpgroups (192-row query tiles) at d=64, 6 three consumer
 //   warpgroups on 192 x 192 tiles with P through shared memory at d=64 (FlashAttention-3's
 //   d = 64 non-causal shape), 7 the same with 160-key tiles, 9 176-key tiles at d=128 without
 //   persistence (0 B spill, where the persistent variant 4 spills 48 B; FlashAttention-3's
@@ -719,7 +722,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 template <int kHeadDim, int kVariant> struct FwdTiles;
 template <int V> struct FwdTiles<64, V> {
   static constexpr int kBlockN = V == 6 ? 192 : V == 7 ? 160 : 128, kStages = 2;
-  static constexpr int kMmaWarpGroups = V >= 5 && V <= 7 ? 3 : 2;
+  static constexpr int kMmaWarpGroups = V >= 4 && V <= 7 ? 3 : 2;
   static constexpr bool kPvFromSmem = V == 6 || V == 7;
 };
 template <int V> struct FwdTiles<128, V> {

@@ -336,7 +336,7 @@ def test_cuda_graph_capture_and_replay():
                          ids=["default", "no-pingpong", "rescale-skip-flipped",
                               "persistence-flipped", "persistent176-or-d64-3wg",
                               "three-warpgroups", "p-smem-192", "p-smem-160",
-                              "two-warpgroups", "nonpersistent176"])
+                              "two-warpgroups", "nonpersistent176-or-d64-overlap"])
 def test_hopper_forward_matches_mma_sync_oracle(dtype, d, numerics, variant, monkeypatch):
     """The sm_90a forward (TMA + WGMMA) against the mma.sync kernel it replaces: both within the
     emulator's error of float64, on causal, windowed and varlen problems; every tile variant
@@ -363,9 +363,8 @@ def test_hopper_forward_matches_mma_sync_oracle(dtype, d, numerics, variant, mon
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_d64_three_warpgroup_forward_is_bitwise_the_two_warpgroup_one(causal, numerics, monkeypatch):
     """At d = 64 the default forward takes three consumer warpgroups on 192-row query tiles from
-    N = 2k without a mask and 4k with one (tile_configs.cuh; persistent, except fa3 mode beyond
-    8k: here gproj runs the persistent kernel and fa3 the one-tile one under the mask, the
-    persistent one without). Each warpgroup's 64 rows see the
+    N = 2k without a mask and 4k with one (tile_configs.cuh; persistent, with P.V waited for at
+    the top of the next iteration since session 15). Each warpgroup's 64 rows see the
     same key tiles in the same order as with two warpgroups (a masked tile adds exact zeros), so
     output and LSE must be bitwise those of the two-warpgroup kernel (GPROJ_FWD_VARIANT=8).
     N is not a multiple of 192: the last tile is partial."""
@@ -448,9 +447,9 @@ def test_persistent_forward_tile_counter_is_bitwise_the_round_robin(d, numerics,
         pytest.skip("needs a Hopper GPU")
     g = torch.Generator(device=DEV).manual_seed(5 * d + (numerics == "fa3"))
     cases = [(2100, 2100, 8, 8, -1, 0), (2100, 2100, 8, 2, 300, 0), (1100, 300, 16, 4, -1, 0)]
-    # the persistent kernels at every head dim and length: variant 8 (d = 64: also variant 4,
-    # three consumer warpgroups), variant 3 at d = 256
-    variants = {64: ("8", "4"), 128: ("8",), 256: ("3",)}[d]
+    # the persistent kernels at every head dim and length: variant 8 (d = 64: also variants 4
+    # and 9, three consumer warpgroups), variant 3 at d = 256
+    variants = {64: ("8", "4", "9"), 128: ("8",), 256: ("3",)}[d]
     for variant, (nq, nk, h, hk, wl, wr) in itertools.product(variants, cases):
         monkeypatch.setenv("GPROJ_FWD_VARIANT", variant)
         q = rand(2, nq, h, d, g=g)

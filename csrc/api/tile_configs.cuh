@@ -157,19 +157,18 @@ void forward_impl(const AttnParams& p) {
     // +6% / +7%, 2k -8% / -5%, 4k -11% / -7%, 8k -15% / -11%, 16k -16% / -12%; causal 1k +27%,
     // 2k +6% / +9%, 4k 0% / +3%, 8k -9% / -4%, 16k -11% / -7%. (Short or masked rows leave more
     // of a 192-row tile idle on its diagonal and in its last rows.)
-    // Since session 15 the three warpgroups run persistent (variant 4; under a mask with the tile
-    // counter) from N = 4k under a mask and 2k without, except in fa3 mode beyond 8k; fa3 / gproj
-    // time against the previous choice (bench/NOTES.md session 15): causal 2k +1% / +0.5% (so
-    // not there), 4k -1.9% / -1.6%, 8k 0% / -4.0%, 16k +2.3% / -2.4%, GQA 4k -1.8% / -1.8%; no
-    // mask 2k -4.7% / -8.1%, 4k 0% / -4.9%, 16k +2.2% / -3.2%.
+    // Since session 15 the three warpgroups run persistent (under a mask with the tile counter)
+    // with P.V waited for at the top of the next iteration, so that the softmax overlaps it
+    // (variant 9), from N = 4k under a mask and 2k without. Persistence alone (variant 4), fa3 /
+    // gproj time against the then default (bench/NOTES.md session 15 item 4): causal 2k +1% /
+    // +0.5% (so not there), 4k -1.9% / -1.6%, 8k 0% / -4.0%, 16k +2.3% / -2.4%; no mask 2k -4.7%
+    // / -8.1%, 16k +2.2% / -3.2%. The overlap on top (item 7), against variant 4: causal 4k -2.0%
+    // / +0.4%, 8k -3.0% / -1.0%, 16k -4.9% / -1.9%; no mask 2k -2.2% / -0.2%, 4k -4.2% / -1.5%,
+    // 16k -5.9% / -2.4%. (Session 9 measured the overlap 2-7% slower with two warpgroups.)
     const bool masked = p.window_left >= 0 || p.window_right >= 0;
     if constexpr (D == 64) {
       if (p.seqlen_q >= (masked ? 4096 : 2048)) {
-        if (p.numerics == int(Numerics::kFA3) && p.seqlen_q > 8192) {
-          forward_sm90<T, D, 5>(p);
-        } else {
-          forward_sm90<T, D, 4>(p);
-        }
+        forward_sm90<T, D, 9>(p);
         return;
       }
     }

@@ -30,7 +30,7 @@ using namespace cute;
 
 template <typename T_, int kHeadDim_, int kBlockN_, int kStages_, bool kPingpong_,
           bool kPersistent_, bool kSkipRescale_ = true, int kMmaWarpGroups_ = 2,
-          bool kPvFromSmem_ = false>
+          bool kPvFromSmem_ = false, bool kPvWaitAtTop_ = (kHeadDim_ >= 128)>
 struct FwdTraits : Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_, kMmaWarpGroups_> {
   using Base = Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_, kMmaWarpGroups_>;
   using typename Base::Element;
@@ -53,9 +53,10 @@ struct FwdTraits : Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_, kMmaWarpGroups_>
   // Where a warpgroup waits for its P.V GEMM: at the top of the next iteration (the softmax of
   // the next tile overlaps P.V), or after that softmax in the same basic block (where ptxas
   // hoists the wait above the softmax: no overlap). Interleaved A/B (bench/NOTES.md session 9):
-  // d = 256 +2-5%, d = 128 +0-1%, d = 64 -2 to -7% (its softmax is long next to its GEMMs and
-  // the other warpgroup's GEMMs already hide it).
-  static constexpr bool kPvWaitAtTop = kHeadDim_ >= 128;
+  // d = 256 +2-5%, d = 128 +0-1%, d = 64 -2 to -7% with two consumer warpgroups (its softmax is
+  // long next to its GEMMs and the other warpgroup's GEMMs already hide it); with three, 0 to -6%
+  // (session 15 item 7: FwdTiles<64, 9>, the d = 64 default from N = 2k-4k).
+  static constexpr bool kPvWaitAtTop = kPvWaitAtTop_;
   using typename Base::SmemLayoutVt;  // V^T
   // P for O = P V: from registers (the S accumulator, rounded), or written to shared memory
   // (stmatrix) and read from there, FlashAttention-3's choice for d = 64 without a mask: with
@@ -718,20 +719,22 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 //   d = 64 non-causal shape), 7 the same with 160-key tiles, 9 176-key tiles at d=128 without
 //   persistence (0 B spill, where the persistent variant 4 spills 48 B; FlashAttention-3's
 //   d = 128 non-causal tile; since session 13 fa3 mode's default without a mask from N = 8k,
-//   forward_impl).
+//   forward_impl), and at d = 64 variant 4 with P.V waited for at the top of the next iteration
+//   (the softmax overlapping P.V inside a warpgroup, as at d >= 128).
 template <int kHeadDim, int kVariant> struct FwdTiles;
 template <int V> struct FwdTiles<64, V> {
   static constexpr int kBlockN = V == 6 ? 192 : V == 7 ? 160 : 128, kStages = 2;
-  static constexpr int kMmaWarpGroups = V >= 4 && V <= 7 ? 3 : 2;
+  static constexpr int kMmaWarpGroups = (V >= 4 && V <= 7) || V == 9 ? 3 : 2;
   static constexpr bool kPvFromSmem = V == 6 || V == 7;
+  static constexpr bool kPvWaitAtTop = V == 9;  // variant 9: variant 4 with P.V waited at the top
 };
 template <int V> struct FwdTiles<128, V> {
   static constexpr int kBlockN = V == 4 || V == 9 ? 176 : 128, kStages = 2, kMmaWarpGroups = 2;
-  static constexpr bool kPvFromSmem = false;
+  static constexpr bool kPvFromSmem = false, kPvWaitAtTop = true;
 };
 template <int V> struct FwdTiles<256, V> {
   static constexpr int kBlockN = 64, kStages = 2, kMmaWarpGroups = 2;
-  static constexpr bool kPvFromSmem = false;
+  static constexpr bool kPvFromSmem = false, kPvWaitAtTop = true;
 };
 
 template <typename T, int kHeadDim, bool kGProj, int kVariant = 0>
@@ -750,10 +753,11 @@ void run_forward(const AttnParams& p, int total_q, int total_k) {
   // session 13 item 7): forward_impl takes variant 3 there, beyond N = 8k. (Variants 5-7, three
   // consumer warpgroups, stay non-persistent: the form that was measured; variant 5 is the
   // d = 64 default at long N, see forward_impl.)
-  constexpr bool kPersistent =
-      kVariant == 4 || (kVariant < 5 && ((kVariant == 3) != (kHeadDim != 256)));
+  constexpr bool kPersistent = kVariant == 4 || (kHeadDim == 64 && kVariant == 9) ||
+                               (kVariant < 5 && ((kVariant == 3) != (kHeadDim != 256)));
   using Traits = FwdTraits<T, kHeadDim, Tiles::kBlockN, Tiles::kStages, kPingpong, kPersistent,
-                           kSkipRescale, Tiles::kMmaWarpGroups, Tiles::kPvFromSmem>;
+                           kSkipRescale, Tiles::kMmaWarpGroups, Tiles::kPvFromSmem,
+                           Tiles::kPvWaitAtTop>;
   const bool varlen = p.cu_seqlens_q != 0;
   FwdKernelParams<Traits> prm;
   set_tma_extents(prm, p, total_q, total_k);

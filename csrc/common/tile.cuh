@@ -228,6 +228,24 @@ struct Mask {
     const int bottom = left >= 0 ? i0 + bm - 1 + offset() - left : 0;
     lo = bottom <= 0 ? 0 : (bottom + bn - 1) / bn;
   }
+  // The same for a key-outer loop: the query tiles mb of height bm whose every (i, j) sees the
+  // keys [j0, j0 + bn), lo <= mb < hi, i.e. tile_partial(mb * bm, (mb + 1) * bm, j0, j0 + bn) ==
+  // (mb < lo || mb >= hi) for every mb >= 0 (checked on the CPU against tile_partial for 300k
+  // random masks and tile shapes, bench/NOTES.md session 15).
+  __device__ __forceinline__ void full_query_blocks(int j0, int bn, int bm, int& lo, int& hi) const {
+    const int j1 = j0 + bn;
+    hi = nq / bm;  // whole query tiles: (mb + 1) * bm <= nq
+    lo = 0;
+    if (right >= 0) {  // the tile's first query sees its last key: mb * bm >= j1 - 1 - offset() - right
+      const int t = j1 - 1 - offset() - right;
+      lo = t <= 0 ? 0 : (t + bm - 1) / bm;
+    }
+    if (left >= 0) {  // its last query sees its first key: mb * bm + bm - 1 <= j0 - offset() + left
+      const int u = j0 - offset() + left - bm + 1;
+      hi = min(hi, u < 0 ? 0 : u / bm + 1);
+    }
+    if (j1 > nk) hi = INT_MIN;  // a key tile past the sequence's end: every query tile is cut
+  }
 };
 
 // cp.async a ROWS x D tile (row pitch D + 8 in smem) from global rows with stride `row_stride`;

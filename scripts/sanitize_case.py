@@ -37,8 +37,10 @@ if os.environ.get("SANITIZE_ONLY_TILES") == "1":
         os.environ["GPROJ_FWD_VARIANT"] = variant
         for numerics in ("gproj", "fa3"):
             for nk in (1100, 300):
-                q = torch.randn(2, 1100, 8, d, device="cuda", dtype=torch.bfloat16)
-                k = torch.randn(2, nk, 2, d, device="cuda", dtype=torch.bfloat16)
+                # 16 heads: 32 (sequence, head) pairs, so that even 192-row tiles (d = 64, three
+                # warpgroups: 6 per pair) outnumber the 132 SMs and the counter hands them out
+                q = torch.randn(2, 1100, 16, d, device="cuda", dtype=torch.bfloat16)
+                k = torch.randn(2, nk, 4, d, device="cuda", dtype=torch.bfloat16)
                 gproj_cuda.attention(q, k, k, causal=True, numerics=numerics)
     torch.cuda.synchronize()
     raise SystemExit(0)

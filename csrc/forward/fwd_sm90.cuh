@@ -213,8 +213,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   Pipeline pipe_v(ss.pipe_v, pp, Shape<_1, _1, _1>{});
   __syncthreads();  // barriers initialized before anyone waits on them
 
-  // The tiles of this block: one (the grid's coordinates), or, persistent, every gridDim.x-th
-  // tile of the schedule. Producer and consumers walk the same sequence and skip the same tiles.
+  // The tiles of this block: one (the grid's coordinates), or, persistent, those of the schedule
+  // its producer takes (from the tile counter, or every gridDim.x-th), handed to the consumers
+  // one by one with their Q buffers.
   const int num_tiles = Traits::kPersistent ? prm.num_tiles : 1;
   const int first = Traits::kPersistent ? int(blockIdx.x) : 0;
   const int stride = Traits::kPersistent ? int(gridDim.x) : 1;

@@ -7,11 +7,11 @@ PY=${1:-python3.12}; shift || true
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 "$PY" -m pip -q install pybind11 >/dev/null 2>&1 || true
 CUTLASS=$(python3 "$ROOT/gproj_cuda/_toolchain.py")
-cmake -S "$ROOT" -B "$ROOT/_devbuild/cmake-$("$PY" -c 'import sys; print(sys.version_info[1])')" -GNinja \
+BUILD="$ROOT/_devbuild/cmake-$("$PY" -c 'import sys; print(sys.version_info[1])')"
+cmake -S "$ROOT" -B "$BUILD" -GNinja \
   -DPython_EXECUTABLE="$(command -v "$PY")" -Dpybind11_DIR="$("$PY" -m pybind11 --cmakedir)" \
   -DGPROJ_CUTLASS_INCLUDE="$CUTLASS" -DCMAKE_LIBRARY_OUTPUT_DIRECTORY="$ROOT/_devbuild" \
   -DGPROJ_CUDA_ARCHS="${GPROJ_CUDA_ARCHS:-90a}" "$@" >/dev/null
-BUILD="$ROOT/_devbuild/cmake-$("$PY" -c 'import sys; print(sys.version_info[1])')"
 cmake --build "$BUILD" -j "$(nproc)"
 # An object whose header dependencies ninja did not record is never rebuilt after a header edit
 # (session 14 found all six instantiation objects so, and ran a stale build): delete it, so that

@@ -1,14 +1,14 @@
 """Host time per forward call (calls queued without a sync: the CPU time of the Python path,
 validation and launches) and wall time per call (GPU-bound when larger), at d = 128 and 256,
 N = 1k, with and without a causal mask, with the tile counter and without (GPROJ_FWD_AB=8).
-Run from the repository root on a GPU: python scripts/host_cost.py"""
+Run on a GPU: python scripts/host_cost.py"""
 import os
 import sys
 import time
 
 import torch
 
-sys.path.insert(0, os.getcwd())
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from gproj_cuda.ops import forward_cuda  # noqa: E402
 
 

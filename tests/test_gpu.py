@@ -632,8 +632,8 @@ def test_long_sequence_forward_defaults_match_reference(d, numerics, monkeypatch
     """From N = 2k the forward's dispatch takes other tiles than the oracle test's 1000 queries
     see by default (forward_impl: d = 64 three warpgroups with the P.V overlap, d = 256 80-key
     tiles on dense batches): at N = 2100, with and without a causal mask and with GQA, output and
-    LSE close to the float64 reference and as close as the two-warpgroup kernel's
-    (GPROJ_FWD_VARIANT=8, 64- or 128-key tiles), every output row written."""
+    LSE finite, close to the float64 reference and as close as the two-warpgroup kernel's
+    (GPROJ_FWD_VARIANT=8, 64- or 128-key tiles)."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("needs a Hopper GPU")
     g = torch.Generator(device=DEV).manual_seed(11 * d + len(numerics))

@@ -188,8 +188,9 @@ void forward_impl(const AttnParams& p) {
     // d = 256: FlashAttention-3's 80-key tiles (variant 6, HGMMA 64x80x16 for S, 224 KB of
     // shared memory) from N = 2k on dense batches, against the 64-key default, fa3 / gproj time
     // (interleaved A/B, bench/NOTES.md session 15 item 9): no mask 2k -6.5% / -5.6%, 8k -7.7% /
-    // -6.8%; causal 2k -4.1% / -4.8%, 4k -7.0% / -5.6%, 8k -8.0% / -7.3%, 16k -8.2% / -7.3%.
-    // Not measured below 2k nor on varlen batches, which keep 64 keys.
+    // -6.8%; causal 2k -4.1% / -4.8%, 4k -7.0% / -5.6%, 8k -8.0% / -7.3%, 16k -8.2% / -7.3%
+    // (again on the build that dispatches here, session 16 item 1: -4 to -10%). Not measured
+    // below 2k nor on varlen batches, which keep 64 keys.
     if constexpr (D == 256) {
       if (p.seqlen_q >= 2048 && p.cu_seqlens_q == 0) {
         forward_sm90<T, D, 6>(p);

@@ -734,8 +734,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 //   d = 64 non-causal shape) and 80-key tiles at d = 256 (FlashAttention-3's d = 256 tile, 224 KB
 //   of shared memory; measured 4-8% faster than 64 keys from N = 2k in session 15, the
 //   default there on dense batches since session 16, forward_impl), 7 the same with 160-key
-//   tiles at d = 64, 9 176-key tiles at d=128 without persistence (0 B spill, where the persistent variant 4 spills 48 B; FlashAttention-3's
-//   d = 128 non-causal tile; since session 13 fa3 mode's default without a mask from N = 8k,
+//   tiles at d = 64, 9 176-key tiles at d=128 without persistence (0 B spill, where the
+//   persistent variant 4 spills 48 B; FlashAttention-3's d = 128 non-causal tile; since
+//   session 13 fa3 mode's default without a mask from N = 8k,
 //   forward_impl), and at d = 64 variant 4 with P.V waited for at the top of the next iteration
 //   (the softmax overlapping P.V inside a warpgroup, as at d >= 128).
 template <int kHeadDim, int kVariant> struct FwdTiles;

@@ -474,13 +474,44 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
           }
         }
       }
-      if (kGProj ? mask.tile_partial(i0, i0 + kBlockM, n0, n0 + kBlockN)
-                 : (mb < q_full_lo || mb >= q_full_hi)) {
-        CUTLASS_PRAGMA_UNROLL
-        for (int j = 0; j < size<1>(s_rc); ++j)
+      if constexpr (kGProj || kBlockM != 128) {
+        // gproj (at its register limit, session 15) and fa3 mode's 64-row d = 128 pass: the
+        // per-element test. (The per-row form below measured -1% at d = 128 causal 2k but +0.5
+        // to +1.3% elsewhere, without a mask too, where it does not run: the kernel's code
+        // around it moved; bench/NOTES.md session 16 item 11.)
+        if (kGProj ? mask.tile_partial(i0, i0 + kBlockM, n0, n0 + kBlockN)
+                   : (mb < q_full_lo || mb >= q_full_hi)) {
           CUTLASS_PRAGMA_UNROLL
-          for (int r = 0; r < kRows; ++r)
-            if (!mask.visible(i0 + get<1>(c_rc(r, j)), n0 + get<0>(c_rc(r, j)))) s_rc(r, j) = 0.f;
+          for (int j = 0; j < size<1>(s_rc); ++j)
+            CUTLASS_PRAGMA_UNROLL
+            for (int r = 0; r < kRows; ++r)
+              if (!mask.visible(i0 + get<1>(c_rc(r, j)), n0 + get<0>(c_rc(r, j)))) s_rc(r, j) = 0.f;
+        }
+      } else if (mb < q_full_lo || mb >= q_full_hi) {
+        // fa3 mode's 128-row pass (d = 64): per key row, its visible queries as one range
+        // of offsets from this lane's first column (Mask::row_queries; the offsets are
+        // compile-time constants of the layout). A causal mask on a query tile inside the
+        // sequence needs the lower bound only: one compare per score instead of visible()'s
+        // coordinates and four. Measured -2.4 to -5.2% for the whole fa3 backward at d = 64
+        // causal (bench/NOTES.md session 16 item 11).
+        const int col0 = get<1>(c_rc(0, 0));
+        auto apply = [&](auto two_sided) {
+          CUTLASS_PRAGMA_UNROLL
+          for (int r = 0; r < kRows; ++r) {
+            int lo, hi;
+            mask.row_queries(n0 + get<0>(c_rc(r, 0)), i0 + col0, lo, hi);
+            CUTLASS_PRAGMA_UNROLL
+            for (int j = 0; j < size<1>(s_rc); ++j) {
+              const int off = get<1>(c_rc(r, j)) - col0;
+              if (off < lo || (decltype(two_sided)::value && off >= hi)) s_rc(r, j) = 0.f;
+            }
+          }
+        };
+        if (mask.left < 0 && i0 + kBlockM <= seq.nq) {
+          apply(cute::false_type{});
+        } else {
+          apply(cute::true_type{});
+        }
       }
       // kPUnderDp: dP (after the mask branch: in the P pass's basic block ptxas could hoist this
       // wait above the exp2s, as it did in the forward)

@@ -489,28 +489,17 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         }
       } else if (mb < q_full_lo || mb >= q_full_hi) {
         // fa3 mode's 128-row pass (d = 64): per key row, its visible queries as one range
-        // of offsets from this lane's first column (Mask::row_queries; the offsets are
-        // compile-time constants of the layout). A causal mask on a query tile inside the
-        // sequence needs the lower bound only: one compare per score instead of visible()'s
-        // coordinates and four. Measured -2.4 to -5.2% for the whole fa3 backward at d = 64
-        // causal (bench/NOTES.md session 16 item 11).
-        const int col0 = get<1>(c_rc(0, 0));
-        auto apply = [&](auto two_sided) {
-          CUTLASS_PRAGMA_UNROLL
-          for (int r = 0; r < kRows; ++r) {
-            int lo, hi;
-            mask.row_queries(n0 + get<0>(c_rc(r, 0)), i0 + col0, lo, hi);
-            CUTLASS_PRAGMA_UNROLL
-            for (int j = 0; j < size<1>(s_rc); ++j) {
-              const int off = get<1>(c_rc(r, j)) - col0;
-              if (off < lo || (decltype(two_sided)::value && off >= hi)) s_rc(r, j) = 0.f;
-            }
-          }
+        // (Mask::row_queries). A causal mask on a query tile inside the sequence needs the
+        // lower bound only: one compare per score instead of visible()'s coordinates and four.
+        // Measured -2.4 to -5.2% for the whole fa3 backward at d = 64 causal (bench/NOTES.md
+        // session 16 item 11).
+        auto queries = [&](int row, int col0, int& lo, int& hi) {
+          mask.row_queries(n0 + row, i0 + col0, lo, hi);
         };
         if (mask.left < 0 && i0 + kBlockM <= seq.nq) {
-          apply(cute::false_type{});
+          mask_row_ranges<true, false>(s_rc, c_rc, queries, 0.f);
         } else {
-          apply(cute::true_type{});
+          mask_row_ranges<true, true>(s_rc, c_rc, queries, 0.f);
         }
       }
       // kPUnderDp: dP (after the mask branch: in the P pass's basic block ptxas could hoist this

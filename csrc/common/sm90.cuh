@@ -157,6 +157,30 @@ __device__ __forceinline__ auto acc_rowcol(L l) {
                      make_layout(get<0>(l0), get<2>(l0), get<2>(l)));
 }
 
+// Masks a row/column view of an accumulator (with its coordinates, the same view of an identity
+// tensor) by one range of visible columns per row: the element at column offset `off` from the
+// lane's first column keeps its value iff lo <= off < hi, where row_bounds(row, first column,
+// lo, hi) gives the row's range; else it becomes `fill`. The offsets are compile-time
+// constants of the accumulator layout, so only the two bounds per row are live (per-element
+// coordinates held in the forward's key loop once spilled 9 KB, bench/NOTES.md session 7).
+// kTestLo / kTestHi drop a test whose bound cannot cut, e.g. under a causal mask: one compare
+// per element instead of two (bench/NOTES.md session 16, items 9 and 11).
+template <bool kTestLo, bool kTestHi, class TS, class TC, class RowBounds>
+__device__ __forceinline__ void mask_row_ranges(TS& s_rc, TC const& c_rc, RowBounds const& row_bounds,
+                                                float fill) {
+  const int col0 = get<1>(c_rc(0, 0));
+  CUTLASS_PRAGMA_UNROLL
+  for (int r = 0; r < size<0>(s_rc); ++r) {
+    int lo, hi;
+    row_bounds(get<0>(c_rc(r, 0)), col0, lo, hi);
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < size<1>(s_rc); ++j) {
+      const int off = get<1>(c_rc(r, j)) - col0;
+      if ((kTestLo && off < lo) || (kTestHi && off >= hi)) s_rc(r, j) = fill;
+    }
+  }
+}
+
 // Accumulator of S (64 x kBlockN per warpgroup) -> A-operand register layout of the PV GEMM
 // (k = kBlockN in slabs of 16): the third value mode splits into (2, kBlockN / 16).
 template <class L>

@@ -79,6 +79,7 @@ PYBIND11_MODULE(_C, m) {
       .def_readwrite("rowstate", &AttnParams::rowstate)
       .def_readwrite("k_shift", &AttnParams::k_shift)
       .def_readwrite("k_shift_given", &AttnParams::k_shift_given)
+      .def_readwrite("center_approx", &AttnParams::center_approx)
       .def_readwrite("k_centered", &AttnParams::k_centered)
       .def_readwrite("k_center_flags", &AttnParams::k_center_flags)
       .def_readwrite("q_centered", &AttnParams::q_centered)

@@ -217,7 +217,7 @@ def backward_dkdv_chunk(dout, q, k, v, stats, rowstate, q_shift, dk_acc, dv_acc,
                         diag_shift: int = 0) -> None:
     """Pass 2 for one query chunk, in place: ``dk_acc += alpha dK``, ``dv_acc += dV`` of the
     keys of ``k``. ``rowstate = (delta, lambda hi, lambda lo)`` from pass 1 over all key chunks; ``q_shift``
-    (B, H, d), q's dtype: an exact query centering (``centering.key_shift(q)``)."""
+    (B, H, d), q's dtype: the query centering (``centering.query_shift(q)``)."""
     _check_accum(dk_acc, "dk_acc")
     _check_accum(dv_acc, "dv_acc")
     gproj = numerics == "gproj"
@@ -232,10 +232,10 @@ def backward_dkdv_chunk(dout, q, k, v, stats, rowstate, q_shift, dk_acc, dv_acc,
                 qs, dos = q[b].transpose(0, 1).float(), dout[b].transpose(0, 1).float()
                 ks, vs = k[b].transpose(0, 1).float(), v[b].transpose(0, 1).float()
                 rs = rowstate[b]
-                dk, dv = R._dkdv_chunk(qs, ks, vs, dos, stats[b], rs[..., 0:1],
-                                       (rs[..., 1:2], rs[..., 2:3]),
-                                       q_shift[b].float() if gproj else None, keep, c, gt,
-                                       alpha, numerics)
+                dk, dv, _ = R._dkdv_chunk(qs, ks, vs, dos, stats[b], rs[..., 0:1],
+                                          (rs[..., 1:2], rs[..., 2:3]),
+                                          q_shift[b].float() if gproj else None, keep, c, gt,
+                                          alpha, numerics)
                 dk_acc[b] += dk.transpose(0, 1)
                 dv_acc[b] += dv.transpose(0, 1)
         return

@@ -37,7 +37,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from . import chunks
-from .centering import key_shift, shift_from_range
+from .centering import query_shift, shift_from_range
 from .reference import NUMERICS, default_scale
 
 LAYOUTS = ("contiguous", "zigzag")
@@ -187,7 +187,7 @@ def ring_backward(dout, q, k, v, out, stats, ring: _Ring, causal: bool, scale: f
                 causal=cz)
     dq = chunks.finish_dq(dq_acc, pk_acc, rs_acc, rowstate, scale, numerics, q.dtype)
     # Pass 2: every rank's queries visit; dK, dV of the local keys accumulate here.
-    q_shift = key_shift(q) if gproj else torch.zeros((B, H, d), dtype=q.dtype, device=q.device)
+    q_shift = query_shift(q) if gproj else torch.zeros((B, H, d), dtype=q.dtype, device=q.device)
     dk_acc = torch.zeros(k.shape, **f32)
     dv_acc = torch.zeros(v.shape, **f32)
     travelling = (q.contiguous(), dout, stats.contiguous(), rowstate, q_shift.contiguous())

@@ -100,7 +100,7 @@ def _k_shift_shape(k, cu_k):
     return ((cu_k.shape[0] - 1) if cu_k is not None else k.shape[0], k.shape[-2], k.shape[-1])
 
 
-def center_keys_cuda(k, cu_k, max_k, shift_only=False, flags=None, shift=None):
+def center_keys_cuda(k, cu_k, max_k, shift_only=False, flags=None, shift=None, approx=False):
     """Exact key centering on the GPU (csrc/prepost/center_keys.cuh): ``(K - c, c)``, bitwise
     equal to ``centering.center_keys`` (the PyTorch reference) in two fused kernels.
 
@@ -108,7 +108,8 @@ def center_keys_cuda(k, cu_k, max_k, shift_only=False, flags=None, shift=None):
     (sequence, head) pairs with a nonzero shift, which get flag 1; elsewhere K' = K and is left
     unwritten (flag 0), and the forward kernel reads K there.
     ``shift``: c as an earlier call returned it for the same K (the forward's, in the backward):
-    the range pass is skipped and only K' (and the flags) are written."""
+    the range pass is skipped and only K' (and the flags) are written.
+    ``approx``: the queries' rule (``centering.query_shift``), for the dK GEMM's Q' = Q - c."""
     C = _ext.extension()
     varlen = cu_k is not None
     shape = _k_shift_shape(k, cu_k)
@@ -126,6 +127,7 @@ def center_keys_cuda(k, cu_k, max_k, shift_only=False, flags=None, shift=None):
                              f"on {k.device} (the forward's), got {shift.dtype} "
                              f"{tuple(shift.shape)} on {shift.device}")
         p.k_shift_given = 1
+    p.center_approx = int(approx)
     p.k, p.k_stride = k.data_ptr(), _strides3(k, varlen)
     if kc is not None:
         p.k_centered, p.kc_stride = kc.data_ptr(), _strides3(kc, varlen)
@@ -268,12 +270,13 @@ def backward_cuda(dout, q, k, v, out, stats, cu_q, cu_k, max_q, max_k, scale, wl
         k_centered, _ = center_keys_cuda(k, cu_k, max_k, flags=k_flags, shift=k_shift)
         if q.shape[-1] == 256:  # Q' = Q - q_shift made in shared memory (bwd_kv_split_sm90.cuh)
             q_flags = None
-            _, q_shift = center_keys_cuda(q, cu_q, max_q, shift_only=True)
+            _, q_shift = center_keys_cuda(q, cu_q, max_q, shift_only=True, approx=True)
         else:  # Q' = Q - q_shift, the dK GEMM's operand (loaded by TMA in the KV-outer pass)
-            q_centered, q_shift = center_keys_cuda(q, cu_q, max_q, flags=q_flags)
+            q_centered, q_shift = center_keys_cuda(q, cu_q, max_q, flags=q_flags, approx=True)
     elif numerics == "gproj":
         k, _ = center_keys_cuda(k, cu_k, max_k, shift=k_shift)  # the forward's exact shift
-        _, q_shift = center_keys_cuda(q, cu_q, max_q, shift_only=True)  # (dK GEMM, in the kernel)
+        _, q_shift = center_keys_cuda(q, cu_q, max_q, shift_only=True,  # (dK GEMM, in the kernel)
+                                      approx=True)
     # {delta, lambda hi, lambda lo, unused} per row: dQ pass -> dK/dV pass (csrc/api/params.h)
     rowstate = torch.empty(stats.shape[:-1] + (4,), dtype=torch.float32, device=q.device)
     p = _params(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics)

@@ -27,7 +27,7 @@ from typing import Iterator, Optional
 
 import torch
 
-from .centering import center_keys, key_shift
+from .centering import center_keys, query_shift
 from .masks import normalize_window, visible
 
 LOG2E = 1.4426950408889634
@@ -398,13 +398,15 @@ def _lambda(r, s):
 
 def _dkdv_chunk(qs, ks, vs, dos, st, delta, lam, q_shift, keep, c, gt, alpha, numerics,
                 a_parts=3):
-    """Backward pass 2 (KV-outer) for one query chunk: fp32 ``(dK, dV)`` of the chunk's keys,
-    dK scaled by alpha, summed over the query heads of each kv head (GQA). ``lam`` is
-    ``(hi, lo)`` from ``_lambda`` (gproj); ``a_parts``: see ``emulate_backward``."""
+    """Backward pass 2 (KV-outer) for one query chunk: fp32 ``(dK, dV, A~ K)`` of the chunk's
+    keys, dK scaled by alpha, summed over the query heads of each kv head (GQA); ``A~ K`` (gproj,
+    unscaled, per query head: the one-part dQ of ``dq_from_a``; else None). ``lam`` is ``(hi,
+    lo)`` from ``_lambda`` (gproj); ``a_parts``: see ``emulate_backward``."""
     h, hk = qs.shape[0], ks.shape[0]
     g = h // hk
     dk = torch.zeros_like(ks)
     dv = torch.zeros_like(vs)
+    dq_a = torch.zeros_like(qs) if numerics == "gproj" else None
     for kc in _kv_chunks(hk, g, qs.shape[1], ks.shape[1]):
         hc = slice(kc.start * g, kc.stop * g)
         qh, doh = qs[hc], dos[hc]
@@ -456,12 +458,13 @@ def _dkdv_chunk(qs, ks, vs, dos, st, delta, lam, q_shift, keep, c, gt, alpha, nu
             dk_acc = a_hi.transpose(-1, -2) @ qc_g + a_lo.transpose(-1, -2) @ qc_g + rank1
             if a_parts != 2:
                 dk_acc = dk_acc + a_mid.transpose(-1, -2) @ qc_g
+            dq_a[hc] = a_hi @ kh.to(gt).float()  # (kh: the centered keys)
         else:
             dk_acc = ds_t.transpose(-1, -2) @ qh.to(gt).float()
         dv_acc = p_t.transpose(-1, -2) @ doh.to(gt).float()
         dk[kc] = (alpha * dk_acc).unflatten(0, (-1, g)).sum(1)
         dv[kc] = dv_acc.unflatten(0, (-1, g)).sum(1)
-    return dk, dv
+    return dk, dv, dq_a
 
 
 def project_key_sum(dk: torch.Tensor) -> torch.Tensor:
@@ -480,19 +483,24 @@ def project_key_sum(dk: torch.Tensor) -> torch.Tensor:
 
 def emulate_backward(do, q, k, v, out, stats, *, numerics="gproj", causal=False,
                      softmax_scale=None, window_size=(-1, -1), cu_seqlens_q=None,
-                     cu_seqlens_k=None, fp32_grads=False, a_parts=3):
+                     cu_seqlens_k=None, fp32_grads=False, a_parts=3, dq_from_a=False):
     """The backward kernels' arithmetic. Returns ``(dq, dk, dv)``.
 
     In the input dtype, or in fp32 with ``fp32_grads=True`` (the values before the final store,
     which is where the SPEC's Σ_j dK_j bar is measured). ``a_parts`` (gproj): A = dS~ - λP~
     enters the dK GEMM as 3 rounded parts (the mma.sync passes), 2 (GPROJ_BWD_VARIANT=6) or 1
     followed by ``project_key_sum`` (the Hopper backward, the default on sm_90, bf16);
-    the kernels' fp32 summation orders are not modelled.
+    the kernels' fp32 summation orders are not modelled. ``dq_from_a`` (gproj, ``a_parts=1``;
+    a study, not a kernel's form): dQ = α A~ K' from the same rounded A as dK, instead of SPEC
+    section 3's α (dS~ K' - λ P~ K') from two GEMMs combined in fp32. Measured and rejected
+    (bench/NOTES.md session 17): where a key offset escapes the exact centering it leaks.
     """
     if numerics not in NUMERICS:
         raise ValueError(f"numerics must be one of {NUMERICS}, got {numerics!r}")
     if a_parts not in (1, 2, 3):
         raise ValueError(f"a_parts must be 1, 2 or 3, got {a_parts!r}")
+    if dq_from_a and a_parts != 1:
+        raise ValueError(f"dq_from_a needs a_parts=1 (one rounded A for dQ and dK), got {a_parts!r}")
     varlen, h, hk = _check_common(q, k, v, cu_seqlens_q, cu_seqlens_k)
     scale = default_scale(q.shape[-1], softmax_scale)
     c = _scale_log2(scale)
@@ -504,7 +512,7 @@ def emulate_backward(do, q, k, v, out, stats, *, numerics="gproj", causal=False,
     dv = torch.zeros(v.shape, dtype=gdt, device=q.device)
     if numerics == "gproj":
         k, _ = center_keys(k, cu_seqlens_k)   # the same exact shift as the forward
-        q_shifts = key_shift(q, cu_seqlens_q).float()   # for the dK GEMM (exact, see _dkdv_chunk)
+        q_shifts = query_shift(q, cu_seqlens_q).float()   # for the dK GEMM (see _dkdv_chunk)
     gt = _grad_gemm_dtype(q.dtype, numerics)
 
     for b, qr, kr in _segments(q, k, cu_seqlens_q, cu_seqlens_k):
@@ -523,8 +531,10 @@ def emulate_backward(do, q, k, v, out, stats, *, numerics="gproj", causal=False,
             lam = _lambda(r, s) if numerics == "gproj" else None
             dq_seg = alpha * (dsk - lam[0] * pk if lam is not None else dsk)
             q_shift = q_shifts[b] if numerics == "gproj" else None
-            dk_seg, dv_seg = _dkdv_chunk(qs, ks, vs, dos, st, delta, lam, q_shift, keep, c, gt,
-                                         alpha, numerics, a_parts)
+            dk_seg, dv_seg, dq_a = _dkdv_chunk(qs, ks, vs, dos, st, delta, lam, q_shift, keep, c,
+                                               gt, alpha, numerics, a_parts)
+            if numerics == "gproj" and dq_from_a:
+                dq_seg = alpha * dq_a
             if numerics == "gproj" and a_parts == 1:
                 dk_seg = project_key_sum(dk_seg)
         _put(dq, b, qr, varlen, dq_seg.to(gdt))
@@ -535,12 +545,12 @@ def emulate_backward(do, q, k, v, out, stats, *, numerics="gproj", causal=False,
 
 def emulate(q, k, v, do, *, numerics="gproj", causal=False, softmax_scale=None,
             window_size=(-1, -1), cu_seqlens_q=None, cu_seqlens_k=None, fp32_grads=False,
-            a_parts=3):
+            a_parts=3, dq_from_a=False):
     """Forward and backward kernel arithmetic on the CPU: ``(out, lse, dq, dk, dv)``.
-    ``a_parts``: see ``emulate_backward``."""
+    ``a_parts``, ``dq_from_a``: see ``emulate_backward``."""
     kw = dict(numerics=numerics, causal=causal, softmax_scale=softmax_scale,
               window_size=window_size, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
     out, lse, stats = emulate_forward(q, k, v, **kw)
     dq, dk, dv = emulate_backward(do, q, k, v, out, stats, fp32_grads=fp32_grads,
-                                  a_parts=a_parts, **kw)
+                                  a_parts=a_parts, dq_from_a=dq_from_a, **kw)
     return out, lse, dq, dk, dv

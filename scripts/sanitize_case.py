@@ -8,7 +8,7 @@ import torch
 
 import gproj_cuda
 from gproj_cuda import chunks
-from gproj_cuda.centering import center_keys, key_shift
+from gproj_cuda.centering import center_keys, query_shift
 
 torch.manual_seed(0)
 ONLY_HOPPER_BWD = os.environ.get("SANITIZE_ONLY_HOPPER_BWD") == "1"   # the newest kernels alone
@@ -87,7 +87,7 @@ for d in (64, 128, 256):
             chunks.backward_dq_chunk(do, q, kc, v, out, st, rowstate, dq_acc, pk_acc, rs_acc, **kw)
             chunks.finish_dq(dq_acc, pk_acc, rs_acc, rowstate, d ** -0.5, numerics, q.dtype)
             dk_acc, dv_acc = torch.zeros(k.shape, **f32), torch.zeros(k.shape, **f32)
-            chunks.backward_dkdv_chunk(do, q, kc, v, st, rowstate, key_shift(q), dk_acc, dv_acc,
+            chunks.backward_dkdv_chunk(do, q, kc, v, st, rowstate, query_shift(q), dk_acc, dv_acc,
                                        **kw)
 
 # The Hopper gproj λ pre-pass (backward_passes = 4; issue 7's first kernel), through the C API.
@@ -110,8 +110,10 @@ if torch.cuda.get_device_capability()[0] >= 9:
 # head carry an offset, so the lazy centering reads K' / Q' there and K / Q elsewhere.
 if torch.cuda.get_device_capability()[0] == 9:
     os.environ["GPROJ_HOPPER_BWD"] = "1"
+    # (a tuple: iterating the string "03456789" left out variant 10)
+    variants = ("0", "3", "4", "5", "6", "7", "8", "9", "10")
     for numerics, causal, variant, d in itertools.product(("fa3", "gproj"), (False, True),
-                                                           "03456789", (64, 128)):
+                                                           variants, (64, 128)):
         os.environ["GPROJ_BWD_VARIANT"] = variant
         q = torch.randn(2, 77, 4, d, device="cuda", dtype=torch.bfloat16)
         k = torch.randn(2, 150, 2, d, device="cuda", dtype=torch.bfloat16)

@@ -197,7 +197,7 @@ def test_chunk_kernels_whole_problem_equal_the_op(numerics, d):
     are done by torch instead of the kernel epilogue)."""
     _needs_kernels()
     from gproj_cuda import chunks, ops
-    from gproj_cuda.centering import center_keys, key_shift
+    from gproj_cuda.centering import center_keys, query_shift
     torch.manual_seed(d)
     dev = torch.device("cuda")
     q = (torch.randn(2, 200, 4, d) + 2).bfloat16().to(dev)
@@ -224,7 +224,7 @@ def test_chunk_kernels_whole_problem_equal_the_op(numerics, d):
         assert (dq2.float() - dq.float()).abs().max() <= 2 ** -7 * dq.float().abs().max()
         assert row_rel_err(dq2, dq.float()) <= 1e-3
         dk_acc, dv_acc = torch.zeros(k.shape, **f32), torch.zeros(k.shape, **f32)
-        chunks.backward_dkdv_chunk(do, q, kc, v, stats, rowstate, key_shift(q), dk_acc, dv_acc,
+        chunks.backward_dkdv_chunk(do, q, kc, v, stats, rowstate, query_shift(q), dk_acc, dv_acc,
                                    softmax_scale=scale, numerics=numerics, causal=causal)
         # gproj's Hopper backward rounds A once before the dK GEMM and projects dK
         # (csrc/prepost/dk_project.cuh); the chunk kernels take A in three parts: one bf16
@@ -244,7 +244,7 @@ def test_chunk_kernels_diag_shift_match_emulator(shift):
     forward and both partial backward kernels, against the CPU emulator of the same chunk."""
     _needs_kernels()
     from gproj_cuda import chunks
-    from gproj_cuda.centering import center_keys, key_shift
+    from gproj_cuda.centering import center_keys, query_shift
     torch.manual_seed(100 + shift)
     q = torch.randn(1, 96, 4, 64).bfloat16()
     k = (torch.randn(1, 160, 2, 64) + 8).bfloat16()
@@ -264,7 +264,7 @@ def test_chunk_kernels_diag_shift_match_emulator(shift):
                                  rs_acc, **kw)
         dq = chunks.finish_dq(dq_acc, pk_acc, rs_acc, rowstate, 0.125, "gproj", q.dtype)
         dk_acc, dv_acc = torch.zeros(k.shape, **f32), torch.zeros(k.shape, **f32)
-        chunks.backward_dkdv_chunk(t[3], t[0], t[1], t[2], st, rowstate, key_shift(t[0]), dk_acc,
+        chunks.backward_dkdv_chunk(t[3], t[0], t[1], t[2], st, rowstate, query_shift(t[0]), dk_acc,
                                    dv_acc, **kw)
         res[dev] = [x.cpu() for x in (o32, st, dq, dk_acc, dv_acc)]
     cpu, gpu = res["cpu"], res["cuda"]

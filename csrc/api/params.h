@@ -28,7 +28,7 @@ struct AttnParams {
   uint64_t stats = 0;         // float2 {raw score max, log2(row sum)}: forward -> backward
   uint64_t rowstate = 0;      // float4 {delta, lambda hi, lambda lo, 0}: dQ pass -> dK/dV pass
   uint64_t k_shift = 0;       // [batch][head_k][dim] in the input dtype: exact key centering
-  uint64_t q_shift = 0;       // [batch][head][dim]: exact query centering inside the dK GEMM
+  uint64_t q_shift = 0;       // [batch][head][dim]: query centering inside the dK GEMM
   uint64_t k_centered = 0;    // centering pre-pass output K' = K - k_shift (kc_stride; 0: skip)
   // int32 [batch][head_k], optional. Centering pre-pass: set, it writes K' only for the (sequence,
   // kv head) pairs with a nonzero shift and records which (1) here. Forward: with k_centered set,
@@ -38,6 +38,10 @@ struct AttnParams {
   // Centering pre-pass: 1 = k_shift holds the shift already (the forward's, handed to the
   // backward), so the range pass is skipped and only K' (and k_center_flags) are written.
   int k_shift_given = 0;
+  // Centering pre-pass: 1 = the rule for the queries (the dK GEMM's operand, never the scores):
+  // shift by the rounded midpoint wherever it exceeds an eighth of the coordinate's range, the
+  // subtraction rounded where inexact (center_keys.cuh says why); 0 = the keys' exact rule.
+  int center_approx = 0;
   uint64_t q_centered = 0;    // Q' = Q - q_shift (qc_stride): the Hopper backward's dK operand
   // int32 [batch][head], optional: k_center_flags for the queries (a lazy pre-pass on Q; the
   // Hopper backward then reads Q' only where the flag is 1, else Q = Q' there).

@@ -134,7 +134,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_dkdv_kernel(const AttnParam
         for (int idx = tid; idx < BM * D; idx += Cfg::kThreads) {
           const int r = idx / D, d = idx % D;
           float x = to_float(sQ[r * LD + d]);
-          if constexpr (kGProj) x -= to_float(q_shift[d]);  // exact (Sterbenz), in fp32
+          if constexpr (kGProj) x -= to_float(q_shift[d]);  // in fp32, rounded once below
           sQg[r * LD + d] = from_float<TG>(x);
         }
       }

@@ -111,9 +111,9 @@ __device__ __forceinline__ float dot8_accumulate(uint4 a, uint4 b, float acc) {
   return acc;
 }
 
-// a - b over two 16-byte chunks of eight 16-bit values (fp32 subtractions, rounded once): exact,
-// and so equal to the centering pre-pass's output, wherever Sterbenz's lemma holds, as it does
-// for the centering shifts (center_keys.cuh); the Hopper d = 256 backward's in-place Q'.
+// a - b over two 16-byte chunks of eight 16-bit values (fp32 subtractions, rounded once), as the
+// centering pre-pass rounds them (center_keys.cuh; exact wherever Sterbenz's lemma holds, as for
+// the keys' shifts); the Hopper d = 256 backward's in-place Q'.
 template <typename T>
 __device__ __forceinline__ uint4 sub8(uint4 a, uint4 b) {
   const uint32_t aw[4] = {a.x, a.y, a.z, a.w}, bw[4] = {b.x, b.y, b.z, b.w};

@@ -397,16 +397,16 @@ def _lambda(r, s):
 
 
 def _dkdv_chunk(qs, ks, vs, dos, st, delta, lam, q_shift, keep, c, gt, alpha, numerics,
-                a_parts=3):
+                a_parts=3, dq_from_a=False):
     """Backward pass 2 (KV-outer) for one query chunk: fp32 ``(dK, dV, A~ K)`` of the chunk's
-    keys, dK scaled by alpha, summed over the query heads of each kv head (GQA); ``A~ K`` (gproj,
-    unscaled, per query head: the one-part dQ of ``dq_from_a``; else None). ``lam`` is ``(hi,
-    lo)`` from ``_lambda`` (gproj); ``a_parts``: see ``emulate_backward``."""
+    keys, dK scaled by alpha, summed over the query heads of each kv head (GQA); ``A~ K`` (gproj
+    with ``dq_from_a``, unscaled, per query head: the one-part dQ; else None). ``lam`` is ``(hi,
+    lo)`` from ``_lambda`` (gproj); ``a_parts``, ``dq_from_a``: see ``emulate_backward``."""
     h, hk = qs.shape[0], ks.shape[0]
     g = h // hk
     dk = torch.zeros_like(ks)
     dv = torch.zeros_like(vs)
-    dq_a = torch.zeros_like(qs) if numerics == "gproj" else None
+    dq_a = torch.zeros_like(qs) if numerics == "gproj" and dq_from_a else None
     for kc in _kv_chunks(hk, g, qs.shape[1], ks.shape[1]):
         hc = slice(kc.start * g, kc.stop * g)
         qh, doh = qs[hc], dos[hc]
@@ -458,7 +458,8 @@ def _dkdv_chunk(qs, ks, vs, dos, st, delta, lam, q_shift, keep, c, gt, alpha, nu
             dk_acc = a_hi.transpose(-1, -2) @ qc_g + a_lo.transpose(-1, -2) @ qc_g + rank1
             if a_parts != 2:
                 dk_acc = dk_acc + a_mid.transpose(-1, -2) @ qc_g
-            dq_a[hc] = a_hi @ kh.to(gt).float()  # (kh: the centered keys)
+            if dq_a is not None:
+                dq_a[hc] = a_hi @ kh.to(gt).float()  # (kh: the centered keys)
         else:
             dk_acc = ds_t.transpose(-1, -2) @ qh.to(gt).float()
         dv_acc = p_t.transpose(-1, -2) @ doh.to(gt).float()
@@ -532,8 +533,8 @@ def emulate_backward(do, q, k, v, out, stats, *, numerics="gproj", causal=False,
             dq_seg = alpha * (dsk - lam[0] * pk if lam is not None else dsk)
             q_shift = q_shifts[b] if numerics == "gproj" else None
             dk_seg, dv_seg, dq_a = _dkdv_chunk(qs, ks, vs, dos, st, delta, lam, q_shift, keep, c,
-                                               gt, alpha, numerics, a_parts)
-            if numerics == "gproj" and dq_from_a:
+                                               gt, alpha, numerics, a_parts, dq_from_a)
+            if dq_a is not None:
                 dq_seg = alpha * dq_a
             if numerics == "gproj" and a_parts == 1:
                 dk_seg = project_key_sum(dk_seg)

@@ -392,8 +392,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       if constexpr (kGProj) copy(r2s, r2s_thr.retile_S(tOrAlo), tRSsAlo(_, _, _, tbuf));
       // gproj: dK's GEMM takes the centered queries Q' = Q - c_q, rounded as the centering
       // pre-pass rounds them (the queries' rule, center_keys.cuh: exact or one rounding of a
-      // centered value), so this warpgroup makes its 32 rows of the stage's Q into Q' in place once its S GEMM has read them (here,
-      // where only dK and dV hold registers: right after S, it spilled 64 bytes),
+      // centered value), so this warpgroup makes its 32 rows of the stage's Q into Q' in place
+      // once its S GEMM has read them (here, where only dK and dV hold registers: right after S,
+      // it spilled 64 bytes),
       // instead of a third tile per stage loaded from a Q' in global memory (two stages of Q,
       // dO and Q' do not fit beside K and V). The barrier below publishes them; with c_q = 0
       // (the lazy pre-pass found no offset) the subtraction leaves Q as it is.

@@ -25,8 +25,8 @@
 // Q-outer pass (bwd_lambda_sm90.cuh: S, dP, dS~ K', P~ K', 4 GEMM-equivalents); here A = dS~ -
 // lambda P~ in fp32 (lambda as hi + lo), rounded once (kAParts; GPROJ_BWD_VARIANT=6: two parts,
 // 3: three, the mma.sync form), dK += A~^T Q' against the centered queries Q' = Q - c_q (loaded by
-// TMA beside Q), plus c_q (x) colsum(A) per head (fp32 per tile, fp64 across tiles); dK leaves in
-// fp32 and dk_project.cuh removes what the rounding of A left in Σ_j dK_j. S, dP, dV, dK: 4
+// TMA beside Q), plus c_q (x) colsum(A) per head (fp32 per tile, fp32 pairs across tiles); dK
+// leaves in fp32 and dk_project.cuh removes what the rounding of A left in Σ_j dK_j. S, dP, dV, dK: 4
 // GEMM-equivalents, 8 in all (two parts: 5 and 9; three: 6 and 10). With no dQ here every GEMM
 // operand of this pass is in registers or loaded by TMA: the two warpgroups share nothing but the
 // Q ring and take turns at the tensor cores (pingpong) instead of meeting at a barrier per tile.
@@ -375,13 +375,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   clear(tdVrdV);
   Tensor tdKcdK = thr_kv.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
   Tensor tdQcdQ = thr_dq.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
-  // gproj: per key row, Σ over the head's queries of A, in fp64 across tiles (it is multiplied by
-  // the large query mean c_q in the rank-one update); inside a tile the lane's 16 terms are summed
-  // in fp32 first (error ~16 ulp of one term, far below the dK GEMM's own fp32 accumulation), so
-  // the fp64 work is one conversion and one add per row and tile, not per element.
-  double colsum[kRows];
-  CUTLASS_PRAGMA_UNROLL
-  for (int r = 0; r < kRows; ++r) colsum[r] = 0.0;
+  // gproj: per key row, Σ over the head's queries of A, across tiles as an fp32 pair (~48 bits,
+  // PairSum: it is multiplied by the large query mean c_q in the rank-one update); inside a tile
+  // the lane's 16 terms are summed in fp32 first (error ~16 ulp of one term, far below the dK
+  // GEMM's own fp32 accumulation), so the pair costs one TwoSum per row and tile.
+  PairSum colsum[kRows];
 
   // Softmax state, delta (and lambda) of item `it`'s query rows into ss.row_st / dl / lo[it & 1] by
   // cp.async, issued a tile ahead and waited for just before the barrier that publishes them
@@ -587,7 +585,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
           }
         }
         CUTLASS_PRAGMA_UNROLL
-        for (int r = 0; r < kRows; ++r) colsum[r] += double(tile_sum[r]);
+        for (int r = 0; r < kRows; ++r) colsum[r].add(tile_sum[r]);
         wg_gemm<false>(mma_kv, make_tensor(tAhi.data(), acc_to_a_layout(tSrS.layout())),
                        tKVrQct(_, _, _, rd.index()), tdKrdK);
         if constexpr (Traits::kAParts == 3)
@@ -671,8 +669,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
           Tensor dkc_rc = make_tensor(tdKcdK.data(), acc_rowcol(tdKcdK.layout()));
           CUTLASS_PRAGMA_UNROLL
           for (int r = 0; r < kRows; ++r) {
-            const double cs = quad_sum(colsum[r]);
-            colsum[r] = 0.0;
+            const double cs = quad_sum(colsum[r].value());
+            colsum[r] = PairSum{};
             CUTLASS_PRAGMA_UNROLL
             for (int j = 0; j < size<1>(dk_rc); ++j)
               dk_rc(r, j) += float(cs * double(to_float(cq[get<1>(dkc_rc(r, j))])));

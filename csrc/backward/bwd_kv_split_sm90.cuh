@@ -266,9 +266,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   Tensor tdKcdK = thr_kv.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
   // gproj: per key row, Σ over this warpgroup's queries of a head of A (fp32 in a tile, fp64
   // across tiles; bwd_kv_sm90.cuh says why), for the rank-one term c_q (x) colsum(A) of dK.
-  double colsum[kRows];
-  CUTLASS_PRAGMA_UNROLL
-  for (int r = 0; r < kRows; ++r) colsum[r] = 0.0;
+  PairSum colsum[kRows];  // (fp32 pairs across tiles, ~48 bits: device.cuh)
 
   // Softmax state and delta of item `it`'s query rows into ss.row_st / row_dl[it & 1] by
   // cp.async, a tile ahead; the first warp of each warpgroup fetches the 32 rows its warpgroup
@@ -382,7 +380,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
           }
         }
         CUTLASS_PRAGMA_UNROLL
-        for (int r = 0; r < kRows; ++r) colsum[r] += double(tile_sum[r]);
+        for (int r = 0; r < kRows; ++r) colsum[r].add(tile_sum[r]);
       }
       // single buffers: the other warpgroup's GEMMs of the previous tile (waited for at its end)
       // have read them
@@ -446,8 +444,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
           // (the two warpgroups' threads at the same position hold the same key rows).
           CUTLASS_PRAGMA_UNROLL
           for (int r = 0; r < kRows; ++r) {
-            colsum[r] = quad_sum(colsum[r]);
-            if ((tid & 3) == 0) ss.gp.colsum[w][get<0>(c_rc(r, 0))] = colsum[r];
+            const double sum = quad_sum(colsum[r].value());
+            if ((tid & 3) == 0) ss.gp.colsum[w][get<0>(c_rc(r, 0))] = sum;
           }
           consumers_sync();
           const T* cq = reinterpret_cast<const T*>(p.q_shift) + (int64_t(b) * p.heads + h) * kHeadDim;
@@ -457,7 +455,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
           for (int r = 0; r < kRows; ++r) {
             // (fixed order: warpgroup 0's sum first, so both halves of a row use the same value)
             const double cs = ss.gp.colsum[0][get<0>(c_rc(r, 0))] + ss.gp.colsum[1][get<0>(c_rc(r, 0))];
-            colsum[r] = 0.0;
+            colsum[r] = PairSum{};
             CUTLASS_PRAGMA_UNROLL
             for (int j = 0; j < size<1>(dk_rc); ++j)
               dk_rc(r, j) += float(cs * double(to_float(cq[get<1>(dkc_rc(r, j))])));

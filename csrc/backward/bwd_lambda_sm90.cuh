@@ -5,7 +5,9 @@
 //
 // Per query row i: delta_i = Σ_d dO_id O_id, and over every visible key j the row sums of exactly
 // the rounded values the gradient GEMMs consume, r_i = Σ_j bf16(dS_ij), s_i = Σ_j bf16(P_ij)
-// (fp32 within a key tile, fp64 across tiles: see bwd_dq_kernel.cuh for why), then
+// (fp32 within a key tile, then across tiles as fp32 pairs, ~48 bits, where the mma.sync pass
+// uses fp64: bwd_dq_kernel.cuh says why more than fp32; the per-tile fp32 sums' own rounding,
+// 2^-24 of a tile's partial sum, is far above the pair's 2^-48), then
 // lambda = r / s as two fp32 parts. Writes rowstate = {delta, lambda hi, lambda lo, 0}.
 // With kDq (the full backward) it also finishes dQ, SPEC section 3 exactly:
 //   dQ_i = alpha [ (dS~ K')_i - lambda_i (P~ K')_i ]
@@ -279,13 +281,12 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 
   RowSoftmax rsm[kRows];
   float delta[kRows];
-  double r_sum[kRows], s_sum[kRows];
+  PairSum r_sum[kRows], s_sum[kRows];  // across tiles: fp32 pairs, ~48 bits (device.cuh)
   CUTLASS_PRAGMA_UNROLL
   for (int r = 0; r < kRows; ++r) {
     const int row = get<0>(c_rc(r, 0));
     rsm[r] = load_row_softmax(ss.stats[row], c);
     delta[r] = ss.delta[row];
-    r_sum[r] = s_sum[r] = 0.0;
   }
   // kTensorRowSums: add the last waited-for tile's row sums (rows in the S accumulator's order)
   auto add_tile_sums = [&]() {
@@ -294,8 +295,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     Tensor s_rc1 = make_tensor(tRrS.data(), acc_rowcol(tRrS.layout()));
     CUTLASS_PRAGMA_UNROLL
     for (int r = 0; r < kRows; ++r) {
-      r_sum[r] += double(r_rc(r, 0));
-      s_sum[r] += double(s_rc1(r, 0));
+      r_sum[r].add(r_rc(r, 0));
+      s_sum[r].add(s_rc1(r, 0));
     }
   };
 
@@ -363,8 +364,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
               rt += static_cast<float>(ds_rc(r, j));
               st += static_cast<float>(p_rc(r, j));
             }
-            r_sum[r] += double(rt);
-            s_sum[r] += double(st);
+            r_sum[r].add(rt);
+            s_sum[r].add(st);
           }
         }
         Tensor tOrDSa = make_tensor(tOrDS.data(), acc_to_a_layout(tSrDP.layout()));
@@ -392,8 +393,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
             rt += round_to<TG>(s_rc(r, j) * (dp_rc(r, j) - delta[r]));
             st += round_to<TG>(s_rc(r, j));
           }
-          r_sum[r] += double(rt);
-          s_sum[r] += double(st);
+          r_sum[r].add(rt);
+          s_sum[r].add(st);
         }
       }
       rd_prev = rd;
@@ -411,8 +412,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   for (int r = 0; r < kRows; ++r) {
     const int row = get<0>(c_rc(r, 0));
     // (kTensorRowSums: every lane of the quad already holds its rows' whole sums)
-    const double rs = Traits::kTensorRowSums ? r_sum[r] : quad_sum(r_sum[r]);
-    const double sv = Traits::kTensorRowSums ? s_sum[r] : quad_sum(s_sum[r]);
+    const double rs = Traits::kTensorRowSums ? r_sum[r].value() : quad_sum(r_sum[r].value());
+    const double sv = Traits::kTensorRowSums ? s_sum[r].value() : quad_sum(s_sum[r].value());
     float lam = 0.f, lam_lo = 0.f;
     split_lambda(rs, sv, lam, lam_lo);
     if ((tid & 3) == 0 && m0 + row < m_end) {

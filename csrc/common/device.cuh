@@ -126,6 +126,20 @@ __device__ __forceinline__ uint4 sub8(uint4 a, uint4 b) {
   return make_uint4(r[0], r[1], r[2], r[3]);
 }
 
+// A running sum of fp32 terms kept as an unevaluated pair hi + lo, one TwoSum (Knuth) per term:
+// ~48 bits, as good as an fp64 sum for the few hundred per-tile partial sums it takes, on the
+// fp32 pipes. An fp64 sum costs an F2F.F64.F32 and a DADD per term, which ncu found as ~9% of
+// the λ pass's warp samples (session 17). TwoSum needs IEEE adds in this order: no fast-math.
+struct PairSum {
+  float hi = 0.f, lo = 0.f;
+  __device__ __forceinline__ void add(float x) {
+    const float s = hi + x, xb = s - hi;
+    lo += (hi - (s - xb)) + (x - xb);  // the exact rounding error of hi + x
+    hi = s;
+  }
+  __device__ __forceinline__ double value() const { return double(hi) + double(lo); }
+};
+
 template <typename F>  // float or double
 __device__ __forceinline__ F quad_sum(F x) {
   x += __shfl_xor_sync(0xffffffff, x, 1);

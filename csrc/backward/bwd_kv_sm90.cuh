@@ -21,15 +21,16 @@
 //                                           deterministic)
 // fa3: 5 GEMM-equivalents per (query tile, key tile), as FlashAttention-3.
 // gproj (SPEC section 3, the arithmetic of the mma.sync passes and reference.py): delta, lambda
-// = r / s (fp64 row sums of exactly the rounded dS~, P~ the GEMMs consume) and dQ come from the
+// = r / s (~48-bit row sums of exactly the rounded dS~, P~ the GEMMs consume) and dQ come from the
 // Q-outer pass (bwd_lambda_sm90.cuh: S, dP, dS~ K', P~ K', 4 GEMM-equivalents); here A = dS~ -
 // lambda P~ in fp32 (lambda as hi + lo), rounded once (kAParts; GPROJ_BWD_VARIANT=6: two parts,
 // 3: three, the mma.sync form), dK += A~^T Q' against the centered queries Q' = Q - c_q (loaded by
 // TMA beside Q), plus c_q (x) colsum(A) per head (fp32 per tile, fp32 pairs across tiles); dK
-// leaves in fp32 and dk_project.cuh removes what the rounding of A left in Σ_j dK_j. S, dP, dV, dK: 4
-// GEMM-equivalents, 8 in all (two parts: 5 and 9; three: 6 and 10). With no dQ here every GEMM
-// operand of this pass is in registers or loaded by TMA: the two warpgroups share nothing but the
-// Q ring and take turns at the tensor cores (pingpong) instead of meeting at a barrier per tile.
+// leaves in fp32 and dk_project.cuh removes what the rounding of A left in Σ_j dK_j. S, dP, dV,
+// dK: 4 GEMM-equivalents, 8 in all (two parts: 5 and 9; three: 6 and 10). With no dQ here every
+// GEMM operand of this pass is in registers or loaded by TMA: the two warpgroups share nothing but
+// the Q ring and take turns at the tensor cores (pingpong) instead of meeting at a barrier per
+// tile.
 // GPROJ_BWD_VARIANT=4 keeps the previous gproj design for A/B runs: a λ-only pre-pass, and dQ
 // here as dS~ K - lambda_hi P~ K per key tile (two GEMMs, combined in fp32 registers).
 // dK and dV of a key are summed over the whole group inside one block (no atomics); fa3's dQ is

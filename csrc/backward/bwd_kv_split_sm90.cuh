@@ -264,9 +264,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   clear(tdKrdK);
   clear(tdVrdV);
   Tensor tdKcdK = thr_kv.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
-  // gproj: per key row, Σ over this warpgroup's queries of a head of A (fp32 in a tile, fp64
-  // across tiles; bwd_kv_sm90.cuh says why), for the rank-one term c_q (x) colsum(A) of dK.
-  PairSum colsum[kRows];  // (fp32 pairs across tiles, ~48 bits: device.cuh)
+  // gproj: per key row, Σ over this warpgroup's queries of a head of A (fp32 in a tile, an fp32
+  // pair of ~48 bits across tiles, PairSum; bwd_kv_sm90.cuh says why more than fp32), for the
+  // rank-one term c_q (x) colsum(A) of dK.
+  PairSum colsum[kRows];
 
   // Softmax state and delta of item `it`'s query rows into ss.row_st / row_dl[it & 1] by
   // cp.async, a tile ahead; the first warp of each warpgroup fetches the 32 rows its warpgroup

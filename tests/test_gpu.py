@@ -338,11 +338,12 @@ def test_cuda_graph_capture_and_replay():
 @pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "fp16"])
 @pytest.mark.parametrize("d", HDIMS)
 @pytest.mark.parametrize("numerics", ["gproj", "fa3"])
-@pytest.mark.parametrize("variant", ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"],
+@pytest.mark.parametrize("variant", ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10"],
                          ids=["default", "no-pingpong", "rescale-skip-flipped",
                               "persistence-flipped", "persistent176-or-d64-3wg",
                               "three-warpgroups", "p-smem-192", "p-smem-160",
-                              "two-warpgroups", "nonpersistent176-or-d64-overlap"])
+                              "two-warpgroups", "nonpersistent176-or-d64-overlap",
+                              "k-wait-order-flipped"])
 def test_hopper_forward_matches_mma_sync_oracle(dtype, d, numerics, variant, monkeypatch):
     """The sm_90a forward (TMA + WGMMA) against the mma.sync kernel it replaces: both within the
     emulator's error of float64, on causal, windowed and varlen problems; every tile variant
@@ -388,6 +389,34 @@ def test_d64_three_warpgroup_forward_is_bitwise_the_two_warpgroup_one(causal, nu
     torch.testing.assert_close(lse3, lse2, rtol=0, atol=0)
     if not causal:  # and not garbage: the first rows against float64
         assert row_rel_err(out3[:, :512], reference.attention(q[:, :512], k, v)) < 1e-2
+
+
+@pytest.mark.parametrize("numerics", ["gproj", "fa3"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", HDIMS)
+def test_forward_k_wait_order_changes_no_bit(d, causal, numerics, monkeypatch):
+    """Since session 18 a consumer warpgroup of the sm90 forward waits for its K tile before it
+    takes the pingpong turn at d = 64 and 128, after it at d = 256 (FwdTraits::kKWaitFirst).
+    Only the order of two waits differs: output and LSE must be bitwise those of the other order
+    (GPROJ_FWD_VARIANT=10) on the same tiles (d = 64: variant 9's three warpgroups, d = 128:
+    variant 0's kernel, d = 256: variant 6's 80-key tiles), with partial tiles, a causal mask
+    and a key offset."""
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("needs a Hopper GPU")
+    n = 2100
+    g = torch.Generator(device=DEV).manual_seed(d + int(causal))
+    q, k, v = (rand(2, n, 4, d, g=g) for _ in range(3))
+    k = k + 2  # keys with an offset: the centering path too
+    s, wr = d ** -0.5, (0 if causal else -1)
+    runs = []
+    for variant in ({64: "9", 128: "8", 256: "6"}[d], "10"):
+        monkeypatch.setenv("GPROJ_FWD_VARIANT", variant)
+        o, lse, _ = forward_cuda(q, k, v, None, None, n, n, s, -1, wr, numerics)
+        runs.append((o, lse))
+    torch.testing.assert_close(runs[0][0], runs[1][0], rtol=0, atol=0)
+    torch.testing.assert_close(runs[0][1], runs[1][1], rtol=0, atol=0)
+    if not causal:  # and not garbage: the first rows against float64
+        assert row_rel_err(runs[1][0][:, :256], reference.attention(q[:, :256], k, v)) < 1e-2
 
 
 @pytest.mark.parametrize("numerics", ["gproj", "fa3"])

@@ -148,6 +148,7 @@ void forward_impl(const AttnParams& p) {
       case 7: forward_sm90<T, D, 7>(p); return;
       case 8: forward_sm90<T, D, 0>(p); return;  // variant 0's kernel at every shape
       case 9: forward_sm90<T, D, 9>(p); return;
+      case 10: forward_sm90<T, D, 10>(p); return;  // K waited for after the turn (FwdTiles)
       default: break;
     }
 #endif

@@ -89,6 +89,12 @@ struct BwdKvTraits {
   static_assert(kBlockM == 64 || !(kDqHere_ && kGProj_), "gproj with dQ here: 64-row tiles");
   static constexpr int kDqSubTiles = kBlockM / 64;  // dq_accum tiles per query tile (kDqHere)
   static constexpr int kDqHalf = 64 * kHeadDim_ / 2;  // floats: a warpgroup's half of a 64-row tile
+  // dQ staging buffers (kDqHere): two in fa3 mode, so that a warpgroup stages tile t while the
+  // copy engine still reads tile t - 1 (it waits for tile t - 2's reads, a whole tile earlier);
+  // one in gproj mode and at d = 64 (whose 128-row tiles leave no shared memory for it). ncu
+  // (session 17, fa3 mode d = 128 N = 4k): the consumers' wait for the single buffer was 10% of
+  // the pass's warp samples.
+  static constexpr int kDqBuffers = kDqHere_ && !kGProj_ && kHeadDim_ == 128 ? 2 : 1;
   // kDqHere: the bulk reduce-adds of dQ are issued, and waited for, by a warp of the producer
   // warpgroup (FlashAttention-3's dQ writer), so a consumer warpgroup only waits where its
   // staging buffer is still being read (ncu, session 11: the consumers' own wait and barriers
@@ -151,8 +157,8 @@ struct BwdKvTraits {
   struct DqTiles {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutDS>, 1024> ds;
     // this tile's dQ (fp32, each warpgroup's half in accumulator order: see dq_accum_offset),
-    // read by the bulk reduce-add into dq_accum
-    cute::array_aligned<float, kBlockM * kHeadDim, 1024> dq;
+    // read by the bulk reduce-add into dq_accum; kDqBuffers of them, by the tile's parity
+    cute::array_aligned<float, kDqBuffers * kBlockM * kHeadDim, 1024> dq;
   };
   struct QcTiles {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> qc;
@@ -296,20 +302,26 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       // group per w; a 128-row tile's second one skipped past the sequence's last tile: its rows
       // are all zero, dS~ being zero there); then, in the same order, wait until the copy engine
       // has read each buffer and free it for w's next tile (not after the last item: no arrive
-      // is left pending). Both buffers start free.
+      // is left pending). Both buffers start free. With two buffers per warpgroup, the reads
+      // waited for are the previous item's (its two groups), and that item's buffers are freed
+      // for the item after this one; the first two items' buffers start free.
       static_assert(Traits::kMmaWGs == 2, "the dQ writer serves two consumer warpgroups");
       constexpr int kSub = Traits::kDqSubTiles, kHalf = Traits::kDqHalf;
       if (threadIdx.x / 32 == 1 && n_items > 0) {
         const bool leader = threadIdx.x == 32;
-        dq_free_arrive(0);
-        dq_free_arrive(1);
+        constexpr int kBuffers = Traits::kDqBuffers;
+        if constexpr (kBuffers == 1) {
+          dq_free_arrive(0);
+          dq_free_arrive(1);
+        }
         for (int it = 0; it < n_items; ++it) {
           const int h = item_head(it), mb = item_tile(it);
           CUTLASS_PRAGMA_UNROLL
           for (int w = 0; w < 2; ++w) {
             dq_staged_wait(w);
             if (leader) {
-              const float* sdq = ss.dq_tiles.dq.data() + w * (kSub * kHalf);
+              const float* sdq = ss.dq_tiles.dq.data() + (it % kBuffers) * (2 * kSub * kHalf) +
+                                 w * (kSub * kHalf);
               CUTLASS_PRAGMA_UNROLL
               for (int sub = 0; sub < kSub; ++sub) {
                 const int tile = mb * kSub + sub;
@@ -322,13 +334,26 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
               cute::tma_store_arrive();  // commit w's bulk group
             }
           }
-          if (leader) cute::tma_store_wait<1>();  // warpgroup 0's group has read its buffer
-          __syncwarp();
-          if (it + 1 < n_items) dq_free_arrive(0);
-          if (leader) cute::tma_store_wait<0>();  // ... and warpgroup 1's
-          __syncwarp();
-          if (it + 1 < n_items) dq_free_arrive(1);
+          if constexpr (kBuffers == 1) {
+            if (leader) cute::tma_store_wait<1>();  // warpgroup 0's group has read its buffer
+            __syncwarp();
+            if (it + 1 < n_items) dq_free_arrive(0);
+            if (leader) cute::tma_store_wait<0>();  // ... and warpgroup 1's
+            __syncwarp();
+            if (it + 1 < n_items) dq_free_arrive(1);
+          } else if (it >= 1) {
+            // the previous item's groups (all but this item's two) have read its buffers, which
+            // item it + 1 reuses
+            if (leader) cute::tma_store_wait<2>();
+            __syncwarp();
+            if (it + 1 < n_items) {
+              dq_free_arrive(0, (it - 1) & 1);
+              dq_free_arrive(1, (it - 1) & 1);
+            }
+          }
         }
+        // (two buffers: the last item's reads, before the block's shared memory goes away)
+        if (kBuffers == 2 && leader) cute::tma_store_wait<0>();
       }
     }
     return;
@@ -639,8 +664,15 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         constexpr int kSub = Traits::kDqSubTiles;
         constexpr int kSubVals = decltype(size(tdQrdQ))::value / kSub;  // values per 64-row tile
         constexpr int kHalf = Traits::kDqHalf;  // one warpgroup's half of a 64-row tile
-        float* sdq = ss.dq_tiles.dq.data() + w * (kSub * kHalf);
-        dq_free_wait(w);  // the writer's reduce-add of the previous tile has read sdq
+        constexpr int kBuffers = Traits::kDqBuffers;
+        float* sdq = ss.dq_tiles.dq.data() + (it % kBuffers) * (2 * kSub * kHalf) + w * (kSub * kHalf);
+        // the writer's reduce-add of the tile that last used sdq (the previous one, or with two
+        // buffers the one before it) has read it
+        if (kBuffers == 1) {
+          dq_free_wait(w);
+        } else if (it >= 2) {
+          dq_free_wait(w, it & 1);
+        }
         CUTLASS_PRAGMA_UNROLL
         for (int i = 0; i < size(tdQrdQ); i += 4) {
           float4 x = make_float4(tdQrdQ(i), tdQrdQ(i + 1), tdQrdQ(i + 2), tdQrdQ(i + 3));

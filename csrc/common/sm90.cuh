@@ -1,8 +1,8 @@
 // What the sm90 (Hopper) kernels share: CuTe element types, TMA views of q/k/v/dO-like tensors
 // and their loads, the tile/warpgroup layout of a block (Sm90Tiles), accumulator layout views,
 // warpgroup GEMM issue, and the named barriers the consumer warpgroups use.
-// Named barriers: 0 __syncthreads; 4-7 the dQ staging handshake of the KV-outer backward
-// (dq_staged / dq_free); 8-10 pingpong turns (turn_wait / turn_pass); 10 both consumer
+// Named barriers: 0 __syncthreads; 4-7 and 14-15 the dQ staging handshake of the KV-outer
+// backward (dq_staged / dq_free); 8-10 pingpong turns (turn_wait / turn_pass); 10 both consumer
 // warpgroups of the KV-outer backward (consumers_sync); 11-13 one consumer warpgroup (wg_sync).
 #pragma once
 
@@ -219,18 +219,19 @@ __device__ __forceinline__ void consumers_sync() {
 // The KV-outer backward's dQ staging (bwd_kv_sm90.cuh): consumer warpgroup w and the producer
 // warpgroup's dQ writer warp, 160 threads per barrier. Barrier 4 + w: w has staged its dQ tile
 // (the consumers arrive, the writer waits); 6 + w: the writer's bulk reduce-add has read the
-// buffer (the writer arrives, the consumers wait).
+// buffer (the writer arrives, the consumers wait); with two buffers per warpgroup, 6 + w for
+// buffer 0 and 14 + w for buffer 1.
 __device__ __forceinline__ void dq_staged_arrive(int w) {
   asm volatile("bar.arrive %0, 160;\n" ::"r"(4 + w) : "memory");
 }
 __device__ __forceinline__ void dq_staged_wait(int w) {
   asm volatile("bar.sync %0, 160;\n" ::"r"(4 + w) : "memory");
 }
-__device__ __forceinline__ void dq_free_arrive(int w) {
-  asm volatile("bar.arrive %0, 160;\n" ::"r"(6 + w) : "memory");
+__device__ __forceinline__ void dq_free_arrive(int w, int buffer = 0) {
+  asm volatile("bar.arrive %0, 160;\n" ::"r"((buffer ? 14 : 6) + w) : "memory");
 }
-__device__ __forceinline__ void dq_free_wait(int w) {
-  asm volatile("bar.sync %0, 160;\n" ::"r"(6 + w) : "memory");
+__device__ __forceinline__ void dq_free_wait(int w, int buffer = 0) {
+  asm volatile("bar.sync %0, 160;\n" ::"r"((buffer ? 14 : 6) + w) : "memory");
 }
 
 // cp.async of one 4-, 8- or 16-byte value, zero-filled (nothing read) when !ok.

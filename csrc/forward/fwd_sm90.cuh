@@ -30,7 +30,8 @@ using namespace cute;
 
 template <typename T_, int kHeadDim_, int kBlockN_, int kStages_, bool kPingpong_,
           bool kPersistent_, bool kSkipRescale_ = true, int kMmaWarpGroups_ = 2,
-          bool kPvFromSmem_ = false, bool kPvWaitAtTop_ = (kHeadDim_ >= 128)>
+          bool kPvFromSmem_ = false, bool kPvWaitAtTop_ = (kHeadDim_ >= 128),
+          bool kKWaitFirst_ = false>
 struct FwdTraits : Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_, kMmaWarpGroups_> {
   using Base = Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_, kMmaWarpGroups_>;
   using typename Base::Element;
@@ -57,6 +58,13 @@ struct FwdTraits : Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_, kMmaWarpGroups_>
   // long next to its GEMMs and the other warpgroup's GEMMs already hide it); with three, 0 to -6%
   // (session 15 item 7: FwdTiles<64, 9>, the d = 64 default from N = 2k-4k).
   static constexpr bool kPvWaitAtTop = kPvWaitAtTop_;
+  // The wait for K before the pingpong turn rather than after it (FlashAttention-3's order, its
+  // SASS): a warpgroup holds the turn for the GEMM issue alone, never while its K tile lands,
+  // and the mbarrier try-wait's latency is off the other warpgroup's path. Interleaved A/B
+  // (bench/NOTES.md session 18): d = 128 gproj -0.8 to -1.8% at N = 2k-16k, causal or not, fa3
+  // mode 0 to -1.7% (three runs); d = 64 fa3 mode -0.4 to -1.0%, gproj 0 to -0.2%; d = 256 +0.2
+  // to +0.8% slower. The default at d = 64 and 128 (FwdTiles; variant 10: the other order).
+  static constexpr bool kKWaitFirst = kKWaitFirst_;
   using typename Base::SmemLayoutVt;  // V^T
   // P for O = P V: from registers (the S accumulator, rounded), or written to shared memory
   // (stmatrix) and read from there, FlashAttention-3's choice for d = 64 without a mask: with
@@ -423,8 +431,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     CUTLASS_PRAGMA_UNROLL
     for (int r = 0; r < kRows; ++r) row_max[r] = -INFINITY, row_sum[r] = 0.f;
     // S of tile nb: issue the GEMM (asynchronous); the caller waits.
-    auto issue_s = [&](auto& tSrS, PipelineState& st) {
-      pipe_k.consumer_wait(st);
+    auto issue_s = [&](auto& tSrS, PipelineState& st, bool waited = false) {
+      if (!waited) pipe_k.consumer_wait(st);
       wg_gemm<true>(mma_qk, tSrQ, tSrK(_, _, _, st.index()), tSrS);
     };
     // Mask + online softmax of one S tile, in place (S <- p); returns nothing, records in
@@ -577,8 +585,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       if constexpr (!Traits::kPvWaitAtTop) to_p(tSrS, tOrP);
       for (int nb = nb_max - 2; nb >= nb_min; --nb) {
         if constexpr (Traits::kPvWaitAtTop) finish_pv(nb < nb_max - 2);
+        if constexpr (Traits::kKWaitFirst) pipe_k.consumer_wait(rd_k);
         if constexpr (Traits::kPingpong) turn_wait(consumer);
-        issue_s(tSrS, rd_k);
+        issue_s(tSrS, rd_k, Traits::kKWaitFirst);
         pipe_v.consumer_wait(rd_v);
         wg_gemm<false>(mma_pv, tOrPa, tOrV(_, _, _, rd_v.index()), tOrO);
         if constexpr (Traits::kPingpong) turn_pass<kWGs>(consumer);
@@ -729,19 +738,24 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 //   forward_impl), and at d = 64 variant 4 with P.V waited for at the top of the next iteration
 //   (the softmax overlapping P.V inside a warpgroup, as at d >= 128).
 template <int kHeadDim, int kVariant> struct FwdTiles;
+// Variant 10 is the other order of the K wait and the pingpong turn (FwdTraits::kKWaitFirst:
+// after the turn at d = 64 and 128, before it at d = 256) on the kernel the default runs from
+// N = 2k: d = 64 variant 9's, d = 128 variant 0's, d = 256 variant 6's.
 template <int V> struct FwdTiles<64, V> {
   static constexpr int kBlockN = V == 6 ? 192 : V == 7 ? 160 : 128, kStages = 2;
-  static constexpr int kMmaWarpGroups = (V >= 4 && V <= 7) || V == 9 ? 3 : 2;
+  static constexpr int kMmaWarpGroups = (V >= 4 && V <= 7) || V == 9 || V == 10 ? 3 : 2;
   static constexpr bool kPvFromSmem = V == 6 || V == 7;
-  static constexpr bool kPvWaitAtTop = V == 9;  // variant 9: variant 4 with P.V waited at the top
+  // variant 9: variant 4 with P.V waited at the top
+  static constexpr bool kPvWaitAtTop = V == 9 || V == 10;
+  static constexpr bool kKWaitFirst = V != 10;
 };
 template <int V> struct FwdTiles<128, V> {
   static constexpr int kBlockN = V == 4 || V == 9 ? 176 : 128, kStages = 2, kMmaWarpGroups = 2;
-  static constexpr bool kPvFromSmem = false, kPvWaitAtTop = true;
+  static constexpr bool kPvFromSmem = false, kPvWaitAtTop = true, kKWaitFirst = V != 10;
 };
 template <int V> struct FwdTiles<256, V> {
-  static constexpr int kBlockN = V == 6 ? 80 : 64, kStages = 2, kMmaWarpGroups = 2;
-  static constexpr bool kPvFromSmem = false, kPvWaitAtTop = true;
+  static constexpr int kBlockN = V == 6 || V == 10 ? 80 : 64, kStages = 2, kMmaWarpGroups = 2;
+  static constexpr bool kPvFromSmem = false, kPvWaitAtTop = true, kKWaitFirst = V == 10;
 };
 
 template <typename T, int kHeadDim, bool kGProj, int kVariant = 0>
@@ -760,11 +774,13 @@ void run_forward(const AttnParams& p, int total_q, int total_k) {
   // session 13 item 7): forward_impl takes variant 3 there, beyond N = 8k. (Variants 5-7, three
   // consumer warpgroups, stay non-persistent: the form that was measured; variant 5 is the
   // d = 64 default at long N, see forward_impl.)
-  constexpr bool kPersistent = kVariant == 4 || (kHeadDim == 64 && kVariant == 9) ||
+  constexpr bool kPersistent = kVariant == 4 ||
+                               (kHeadDim == 64 && (kVariant == 9 || kVariant == 10)) ||
+                               (kHeadDim == 128 && kVariant == 10) ||
                                (kVariant < 5 && ((kVariant == 3) != (kHeadDim != 256)));
   using Traits = FwdTraits<T, kHeadDim, Tiles::kBlockN, Tiles::kStages, kPingpong, kPersistent,
                            kSkipRescale, Tiles::kMmaWarpGroups, Tiles::kPvFromSmem,
-                           Tiles::kPvWaitAtTop>;
+                           Tiles::kPvWaitAtTop, Tiles::kKWaitFirst>;
   const bool varlen = p.cu_seqlens_q != 0;
   FwdKernelParams<Traits> prm;
   set_tma_extents(prm, p, total_q, total_k);

@@ -727,7 +727,8 @@ def test_causal_tile_orders_compute_the_same(d, numerics, monkeypatch):
 @pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "fp16"])
 @pytest.mark.parametrize("d", HDIMS)
 def test_cuda_key_centering_equals_reference(dtype, d):
-    """The fused CUDA pre-pass gives bitwise the reference centering (dense and varlen)."""
+    """The fused CUDA pre-pass gives bitwise the reference centering (dense and varlen, one block
+    per sequence and several)."""
     from gproj_cuda.centering import center_keys
     from gproj_cuda.ops import center_keys_cuda
     g = torch.Generator(device=DEV).manual_seed(d)
@@ -744,6 +745,16 @@ def test_cuda_key_centering_equals_reference(dtype, d):
     rkc, rshift = center_keys(kv, cu)
     assert torch.equal(kc, rkc) and torch.equal(shift, rshift)
     assert (shift[1] == 0).all()  # the empty sequence
+    # several blocks of both passes per sequence (256 rows per range block, 1024 per writing
+    # block), a partial last one, dense and varlen
+    k2 = (torch.randn(2, 2500, 2, d, generator=g, device=DEV) + 100 * w[:2]).to(dtype)
+    kc, shift = center_keys_cuda(k2, None, None)
+    rkc, rshift = center_keys(k2)
+    assert torch.equal(kc, rkc) and torch.equal(shift, rshift)
+    cu2 = torch.tensor([0, 2500, 5000], dtype=torch.int32, device=DEV)
+    kc, shift = center_keys_cuda(k2.reshape(5000, 2, d), cu2, 2500)
+    rkc, rshift = center_keys(k2.reshape(5000, 2, d), cu2)
+    assert torch.equal(kc, rkc) and torch.equal(shift, rshift)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "fp16"])

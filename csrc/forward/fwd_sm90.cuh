@@ -61,7 +61,7 @@ struct FwdTraits : Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_, kMmaWarpGroups_>
   // The wait for K before the pingpong turn rather than after it (FlashAttention-3's order, its
   // SASS): a warpgroup holds the turn for the GEMM issue alone, never while its K tile lands,
   // and the mbarrier try-wait's latency is off the other warpgroup's path. Interleaved A/B
-  // (bench/NOTES.md session 18): d = 128 gproj -0.8 to -1.8% at N = 2k-16k, causal or not, fa3
+  // (bench/NOTES.md session 18): d = 128 gproj -0.6 to -1.8% at N = 2k-16k, causal or not, fa3
   // mode 0 to -1.7% (three runs); d = 64 fa3 mode -0.4 to -1.0%, gproj 0 to -0.2%; d = 256 +0.2
   // to +0.8% slower. The default at d = 64 and 128 (FwdTiles; variant 10: the other order).
   static constexpr bool kKWaitFirst = kKWaitFirst_;

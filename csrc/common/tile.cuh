@@ -25,13 +25,18 @@ struct SeqBounds {
   }
 };
 
+// Whether a (sequence, kv head)'s key shift may be nonzero: without the lazy pre-pass's flags
+// (a caller's own K' and shift, or the full pre-pass), always; with them, where the flag is set.
+__device__ __forceinline__ bool keys_shifted(const AttnParams& p, int b, int hk) {
+  return p.k_center_flags == 0 ||
+         reinterpret_cast<const int*>(p.k_center_flags)[int64_t(b) * p.heads_k + hk] != 0;
+}
+
 // Whether a kernel reads K' = K - c (the centering pre-pass's output) for sequence b and kv head
 // hk, or the user's K: fa3 mode and pre-centered keys give no K'; a lazy pre-pass writes K' only
 // where some coordinate has a nonzero shift (elsewhere K' = K bit for bit).
 __device__ __forceinline__ bool reads_centered_keys(const AttnParams& p, int b, int hk) {
-  return p.k_centered != 0 &&
-         (p.k_center_flags == 0 ||
-          reinterpret_cast<const int*>(p.k_center_flags)[int64_t(b) * p.heads_k + hk] != 0);
+  return p.k_centered != 0 && keys_shifted(p, b, hk);
 }
 
 // The same for the queries (the Hopper backward's Q' = Q - c of the dK GEMM), head h.

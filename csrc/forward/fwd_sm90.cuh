@@ -560,7 +560,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       }
       issue_s(tSrS, rd_k);
       if constexpr (Traits::kPingpong) turn_pass<kWGs>(consumer);
-      if (shift != nullptr) q_dot_shift();
+      // Not where the lazy pre-pass found this (sequence, kv head)'s shift zero in every
+      // coordinate (keys_shifted): q . shift is zero there. Skipping it saves the per-tile dot
+      // products and the shift's global loads, ~4% of the gproj forward's warp samples at
+      // d = 128 N = 4k causal (ncu, bench/NOTES.md session 18). Output and LSE are unchanged.
+      if (shift != nullptr && keys_shifted(p, b, hk)) q_dot_shift();
       warpgroup_wait<0>();
       pipe_k.consumer_release(rd_k);
       ++rd_k;

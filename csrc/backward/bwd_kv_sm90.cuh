@@ -95,6 +95,10 @@ struct BwdKvTraits {
   // (session 17, fa3 mode d = 128 N = 4k): the consumers' wait for the single buffer was 10% of
   // the pass's warp samples.
   static constexpr int kDqBuffers = kDqHere_ && !kGProj_ && kHeadDim_ == 128 ? 2 : 1;
+  // Offset (floats) in the staging buffers of item `it`'s dQ half of consumer warpgroup w.
+  __device__ static constexpr int dq_stage(int it, int w) {
+    return (it % kDqBuffers) * (kBlockM_ * kHeadDim_) + w * (kDqSubTiles * kDqHalf);
+  }
   // kDqHere: the bulk reduce-adds of dQ are issued, and waited for, by a warp of the producer
   // warpgroup (FlashAttention-3's dQ writer), so a consumer warpgroup only waits where its
   // staging buffer is still being read (ncu, session 11: the consumers' own wait and barriers
@@ -320,8 +324,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
           for (int w = 0; w < 2; ++w) {
             dq_staged_wait(w);
             if (leader) {
-              const float* sdq = ss.dq_tiles.dq.data() + (it % kBuffers) * (2 * kSub * kHalf) +
-                                 w * (kSub * kHalf);
+              const float* sdq = ss.dq_tiles.dq.data() + Traits::dq_stage(it, w);
               CUTLASS_PRAGMA_UNROLL
               for (int sub = 0; sub < kSub; ++sub) {
                 const int tile = mb * kSub + sub;
@@ -665,7 +668,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         constexpr int kSubVals = decltype(size(tdQrdQ))::value / kSub;  // values per 64-row tile
         constexpr int kHalf = Traits::kDqHalf;  // one warpgroup's half of a 64-row tile
         constexpr int kBuffers = Traits::kDqBuffers;
-        float* sdq = ss.dq_tiles.dq.data() + (it % kBuffers) * (2 * kSub * kHalf) + w * (kSub * kHalf);
+        float* sdq = ss.dq_tiles.dq.data() + Traits::dq_stage(it, w);
         // the writer's reduce-add of the tile that last used sdq (the previous one, or with two
         // buffers the one before it) has read it
         if (kBuffers == 1) {

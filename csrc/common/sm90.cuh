@@ -227,11 +227,12 @@ __device__ __forceinline__ void dq_staged_arrive(int w) {
 __device__ __forceinline__ void dq_staged_wait(int w) {
   asm volatile("bar.sync %0, 160;\n" ::"r"(4 + w) : "memory");
 }
+__device__ __forceinline__ int dq_free_barrier(int w, int buffer) { return (buffer ? 14 : 6) + w; }
 __device__ __forceinline__ void dq_free_arrive(int w, int buffer = 0) {
-  asm volatile("bar.arrive %0, 160;\n" ::"r"((buffer ? 14 : 6) + w) : "memory");
+  asm volatile("bar.arrive %0, 160;\n" ::"r"(dq_free_barrier(w, buffer)) : "memory");
 }
 __device__ __forceinline__ void dq_free_wait(int w, int buffer = 0) {
-  asm volatile("bar.sync %0, 160;\n" ::"r"((buffer ? 14 : 6) + w) : "memory");
+  asm volatile("bar.sync %0, 160;\n" ::"r"(dq_free_barrier(w, buffer)) : "memory");
 }
 
 // cp.async of one 4-, 8- or 16-byte value, zero-filled (nothing read) when !ok.

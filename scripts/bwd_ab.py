@@ -77,7 +77,7 @@ def main():
               flush=True)
         if os.environ.get("KERNELS") == "1":
             for name, var, fn in cands:
-                os.environ["GPROJ_BWD_VARIANT"] = var or "0"
+                os.environ[os.environ.get("AB_ENV", "GPROJ_BWD_VARIANT")] = var or "0"
                 fn()
                 torch.cuda.synchronize()
                 with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
@@ -90,7 +90,7 @@ def main():
                         per[e.name] = per.get(e.name, 0.0) + e.device_time / 5 / 1000
                 top = sorted(per.items(), key=lambda kv: -kv[1])[:6]
                 print(f"    {name:10s} " + "; ".join(f"{kn[:48]} {ms:.3f}" for kn, ms in top))
-    os.environ["GPROJ_BWD_VARIANT"] = "0"
+    os.environ[os.environ.get("AB_ENV", "GPROJ_BWD_VARIANT")] = "0"
 
 
 if __name__ == "__main__":

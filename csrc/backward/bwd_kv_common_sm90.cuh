@@ -108,7 +108,8 @@ __device__ __forceinline__ void produce_kv_pass_tiles(
 // row j of the block's keys n0.., head dim column), rows past the end dropped: dV rounded, dK
 // scaled by alpha and rounded, unless kFp32DkOnly (A in one part: dK leaves in fp32 only, in
 // p.dk_unprojected, for dk_project.cuh); fp32 dK also into p.dk_accum where the caller asked.
-template <typename T, bool kFp32DkOnly, class Acc, class Coords>
+// (kStoreDv false: dK alone, dV having gone through store_dk_dv_staged.)
+template <typename T, bool kFp32DkOnly, bool kStoreDv = true, class Acc, class Coords>
 __device__ __forceinline__ void store_dk_dv(const AttnParams& p, const SeqBounds& seq, int b,
                                             int hk, int n0, int n_end, Acc const& tdKrdK,
                                             Acc const& tdVrdV, Coords const& tdKcdK) {
@@ -128,11 +129,58 @@ __device__ __forceinline__ void store_dk_dv(const AttnParams& p, const SeqBounds
     const float k0 = p.softmax_scale * tdKrdK(i), k1 = p.softmax_scale * tdKrdK(i + 1);
     if constexpr (!kFp32DkOnly)
       *reinterpret_cast<uint32_t*>(gDK + int64_t(j) * p.dk_stride[1] + col) = pack2<T>(k0, k1);
-    *reinterpret_cast<uint32_t*>(gDV + int64_t(j) * p.dv_stride[1] + col) =
-        pack2<T>(tdVrdV(i), tdVrdV(i + 1));
+    if constexpr (kStoreDv)
+      *reinterpret_cast<uint32_t*>(gDV + int64_t(j) * p.dv_stride[1] + col) =
+          pack2<T>(tdVrdV(i), tdVrdV(i + 1));
     if (gDKf)
       *reinterpret_cast<float2*>(gDKf + int64_t(j) * p.dk_stride[1] + col) = make_float2(k0, k1);
   }
+}
+
+// Whether store_dk_dv_staged may write dV (and, kWithDk, dK): 16-byte rows (16-bit pointers and
+// strides multiples of 8 elements), no fp32 dK asked for (p.dk_accum: store_dk_dv writes it), and
+// not turned off for A/B runs (GPROJ_FWD_AB bit 32).
+template <bool kWithDk>
+__device__ __forceinline__ bool dk_dv_stores_staged(const AttnParams& p) {
+  int64_t strides = p.dv_stride[0] | p.dv_stride[1] | p.dv_stride[2];
+  uint64_t ptrs = p.dv;
+  if constexpr (kWithDk) {
+    strides |= p.dk_stride[0] | p.dk_stride[1] | p.dk_stride[2];
+    ptrs |= p.dk;
+    if (p.dk_accum != 0) return false;
+  }
+  return !(p.fwd_ab & 32) && (ptrs & 15) == 0 && (strides & 7) == 0;
+}
+
+// The epilogue's dV (and, kWithDk, dK scaled by alpha) in 16 bits through the V (and K) tile's
+// shared memory (stage_and_store_rows), rows past the end dropped: each consumer warpgroup its
+// rows [r0, r0 + 64) x columns [c0, c0 + kCols) (its own 64 keys, or at d = 256 its half of the
+// head dim). Measured against the per-thread stores of store_dk_dv (GPROJ_FWD_AB=32), interleaved
+// (bench/NOTES.md session 19), the whole fa3 backward: -2.6 to -5.3% at N = 2k-4k (d = 64, 128,
+// 256), -0.5 to -1.4% at 8k-16k; gproj's (dV here, dQ in its Q-outer pass): -0.5 to -2.0%.
+template <typename T, int kCols, bool kWithDk, class TiledMma, class Acc, class SmemTile>
+__device__ __forceinline__ void store_dk_dv_staged(const AttnParams& p, const SeqBounds& seq, int b,
+                                                   int hk, int n0, int n_end, int r0, int c0,
+                                                   int w, int tid, TiledMma const& mma_kv,
+                                                   Acc const& tdKrdK, Acc const& tdVrdV,
+                                                   SmemTile& sK, SmemTile& sV) {
+  using Element = typename SmemTile::value_type;
+  const int64_t k_row0 = seq.k_start + n0;
+  if constexpr (kWithDk) {
+    Tensor rDK = make_tensor_like<Element>(tdKrdK);
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < size(tdKrdK); i += 2)
+      reinterpret_cast<uint32_t*>(rDK.data())[i / 2] =
+          pack2<T>(p.softmax_scale * tdKrdK(i), p.softmax_scale * tdKrdK(i + 1));
+    T* gDK = reinterpret_cast<T*>(p.dk) + b * p.dk_stride[0] + k_row0 * p.dk_stride[1] + hk * p.dk_stride[2];
+    stage_and_store_rows<kCols>(gDK, p.dk_stride[1], n_end - n0, r0, c0, w, tid, mma_kv, rDK, sK);
+  }
+  Tensor rDV = make_tensor_like<Element>(tdVrdV);
+  CUTLASS_PRAGMA_UNROLL
+  for (int i = 0; i < size(tdVrdV); i += 2)
+    reinterpret_cast<uint32_t*>(rDV.data())[i / 2] = pack2<T>(tdVrdV(i), tdVrdV(i + 1));
+  T* gDV = reinterpret_cast<T*>(p.dv) + b * p.dv_stride[0] + k_row0 * p.dv_stride[1] + hk * p.dv_stride[2];
+  stage_and_store_rows<kCols>(gDV, p.dv_stride[1], n_end - n0, r0, c0, w, tid, mma_kv, rDV, sV);
 }
 
 }  // namespace sm90

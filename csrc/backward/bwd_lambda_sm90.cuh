@@ -32,6 +32,14 @@
 namespace gproj {
 namespace sm90 {
 
+// Whether the λ + dQ pass stores dQ through shared memory (stage_and_store_rows): 16-byte rows
+// (16-bit pointer and strides multiples of 8 elements), not turned off for A/B runs
+// (GPROJ_FWD_AB bit 32).
+__device__ __forceinline__ bool dq_stores_staged(const AttnParams& p) {
+  const int64_t strides = p.dq_stride[0] | p.dq_stride[1] | p.dq_stride[2];
+  return !(p.fwd_ab & 32) && (p.dq & 15) == 0 && (strides & 7) == 0;
+}
+
 template <typename T_, int kHeadDim_, int kBlockN_, int kStages_, bool kDq_>
 struct LambdaTraits : Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_> {
   using Base = Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_>;
@@ -408,6 +416,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     if (consumer == 0) turn_wait(consumer);
   }
 
+  // kDq: dQ rounded, in accumulator form, for the staged stores below
+  using Element = typename Traits::Element;
+  Tensor rDQ = make_tensor_like<Element>(tDQrDS);
+  Tensor dq16_rc = make_tensor(rDQ.data(), acc_rowcol(tDQrDS.layout()));
+  const bool dq_staged = Traits::kDq && dq_stores_staged(p);
   CUTLASS_PRAGMA_UNROLL
   for (int r = 0; r < kRows; ++r) {
     const int row = get<0>(c_rc(r, 0));
@@ -426,7 +439,15 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       Tensor ds_rc = make_tensor(tDQrDS.data(), acc_rowcol(tDQrDS.layout()));
       Tensor pk_rc = make_tensor(tDQrPK.data(), acc_rowcol(tDQrPK.layout()));
       Tensor cdq_rc = make_tensor(tDQcDQ.data(), acc_rowcol(tDQcDQ.layout()));
-      if (m0 + row < m_end) {
+      if (dq_staged) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < size<1>(ds_rc); j += 2) {
+          const float x0 = __fsub_rn(ds_rc(r, j), __fmul_rn(lam, pk_rc(r, j)));
+          const float x1 = __fsub_rn(ds_rc(r, j + 1), __fmul_rn(lam, pk_rc(r, j + 1)));
+          *reinterpret_cast<uint32_t*>(&dq16_rc(r, j)) =
+              pack2<T>(p.softmax_scale * x0, p.softmax_scale * x1);
+        }
+      } else if (m0 + row < m_end) {
         const int64_t qrow = seq.q_start + m0 + row;
         T* gdq = reinterpret_cast<T*>(p.dq) + b * p.dq_stride[0] + qrow * p.dq_stride[1] +
                  h * p.dq_stride[2];
@@ -438,6 +459,17 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
               pack2<T>(p.softmax_scale * x0, p.softmax_scale * x1);
         }
       }
+    }
+  }
+  if constexpr (Traits::kDq) {
+    // Staged: through this warpgroup's own 64 rows of the Q tile (only its own S GEMMs read
+    // them; the last was waited for), 16 bytes per thread (stage_and_store_rows).
+    if (dq_staged) {
+      wg_sync(wg - 1);  // every warp of the warpgroup is past its last GEMM
+      T* gdq = reinterpret_cast<T*>(p.dq) + b * p.dq_stride[0] +
+               (seq.q_start + m0) * p.dq_stride[1] + h * p.dq_stride[2];
+      stage_and_store_rows<kHeadDim>(gdq, p.dq_stride[1], m_end - m0, 64 * (wg - 1), 0, wg - 1,
+                                     tid, mma_dq, rDQ, sQ);
     }
   }
 #endif

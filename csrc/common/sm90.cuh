@@ -209,6 +209,38 @@ __device__ __forceinline__ void wg_sync(int consumer) {
   asm volatile("bar.sync %0, 128;\n" ::"r"(11 + consumer) : "memory");
 }
 
+// The epilogue stores of a 16-bit tile that a consumer warpgroup holds in accumulator form
+// (`r16`: its accumulator values already rounded, partitioned by `mma` as the accumulator was),
+// through shared memory: stmatrix into `s` (the tile's swizzled shared layout, rows x columns;
+// the caller has made sure nobody still reads what this warpgroup overwrites), then rows
+// [r0, r0 + 64) x columns [c0, c0 + kCols), the part warpgroup w holds, to global memory (g: the
+// tile's row 0, column 0; rows from rows_valid on dropped), 16 bytes per thread, a row's bytes by
+// consecutive threads. Stored from the accumulators directly, each 4-byte store of a warp touches
+// 8 rows (8 half-used sectors); ncu put 3-5% of the fa3 KV-outer pass's warp samples at d = 128
+// N = 4k into those stores (bench/NOTES.md session 19).
+template <int kCols, class T, class TiledMma, class Frag, class SmemTile>
+__device__ __forceinline__ void stage_and_store_rows(T* g, int64_t row_stride, int rows_valid,
+                                                     int r0, int c0, int w, int tid,
+                                                     TiledMma const& mma, Frag const& r16,
+                                                     SmemTile& s) {
+  using Element = typename SmemTile::value_type;
+  static_assert(sizeof(Element) == 2 && kCols % 8 == 0 && 128 % (kCols / 8) == 0, "16-byte chunks");
+  auto r2s = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma);
+  auto r2s_thr = r2s.get_thread_slice(tid);
+  copy(r2s, r2s_thr.retile_S(r16), r2s_thr.partition_D(s));
+  wg_sync(w);  // (the warpgroup reads back only what it wrote)
+  constexpr int kChunks = kCols / 8, kRowsPerPass = 128 / kChunks;
+  const int t = tid & 127, col = c0 + (t % kChunks) * 8;
+  CUTLASS_PRAGMA_UNROLL
+  for (int r = t / kChunks; r < 64; r += kRowsPerPass) {
+    // (a 16-byte chunk of a row is contiguous in the swizzled layout: the swizzle moves whole
+    // 16-byte units)
+    if (r0 + r < rows_valid)
+      *reinterpret_cast<uint4*>(g + int64_t(r0 + r) * row_stride + col) =
+          *reinterpret_cast<const uint4*>(&s(r0 + r, col));
+  }
+}
+
 // Both consumer warpgroups of the KV-outer backward where they meet every tile (named barrier 10;
 // ids 8-9 are the pingpong turns of gproj's pass, 8-10 with three warpgroups, where this one is
 // never used): bwd_kv_sm90.cuh with dQ there, bwd_kv_split_sm90.cuh.

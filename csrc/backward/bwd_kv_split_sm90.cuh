@@ -402,10 +402,12 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         const int lane128 = tid & 127, col = (lane128 % (kHeadDim / 8)) * 8;
         const uint4 c8 = *reinterpret_cast<const uint4*>(cq + col);
         constexpr int kRowsPerPass = 128 / (kHeadDim / 8);
-#pragma unroll 1
+        // (explicit shared loads and stores, four rows in flight: generic LD / ST one row at a
+        // time waited for each load in turn)
+#pragma unroll 4
         for (int r = lane128 / (kHeadDim / 8); r < kBlockM / 2; r += kRowsPerPass) {
-          uint4* x = reinterpret_cast<uint4*>(&sQ(32 * w + r, col, rd.index()));
-          *x = sub8<T>(*x, c8);
+          Element* x = &sQ(32 * w + r, col, rd.index());
+          st_shared_v4(x, sub8<T>(ld_shared_v4(x), c8));
         }
       }
 

@@ -111,17 +111,25 @@ __device__ __forceinline__ float dot8_accumulate(uint4 a, uint4 b, float acc) {
   return acc;
 }
 
-// a - b over two 16-byte chunks of eight 16-bit values (fp32 subtractions, rounded once), as the
+// a - b over two 16-byte chunks of eight 16-bit values, each difference rounded once, as the
 // centering pre-pass rounds them (center_keys.cuh; exact wherever Sterbenz's lemma holds, as for
-// the keys' shifts); the Hopper d = 256 backward's in-place Q'.
+// the keys' shifts); the Hopper d = 256 backward's in-place Q'. bf16: sub.rn.bf16x2, the exact
+// difference rounded once, 4 instructions (the fp32 form, unpack, subtract, pack, took ~28, and
+// rounds twice where the difference is not exact in fp32, an exponent gap over 16).
 template <typename T>
 __device__ __forceinline__ uint4 sub8(uint4 a, uint4 b) {
   const uint32_t aw[4] = {a.x, a.y, a.z, a.w}, bw[4] = {b.x, b.y, b.z, b.w};
   uint32_t r[4];
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
-    const float2 x = unpack2<T>(aw[e]), y = unpack2<T>(bw[e]);
-    r[e] = pack2<T>(x.x - y.x, x.y - y.y);
+    if constexpr (is_bf16<T>::value) {
+      const __nv_bfloat162 d = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&aw[e]),
+                                       *reinterpret_cast<const __nv_bfloat162*>(&bw[e]));
+      r[e] = *reinterpret_cast<const uint32_t*>(&d);
+    } else {
+      const float2 x = unpack2<T>(aw[e]), y = unpack2<T>(bw[e]);
+      r[e] = pack2<T>(x.x - y.x, x.y - y.y);
+    }
   }
   return make_uint4(r[0], r[1], r[2], r[3]);
 }

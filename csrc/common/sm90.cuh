@@ -209,6 +209,22 @@ __device__ __forceinline__ void wg_sync(int consumer) {
   asm volatile("bar.sync %0, 128;\n" ::"r"(11 + consumer) : "memory");
 }
 
+// 16-byte shared-memory load and store through a generic pointer into shared memory: the address
+// a swizzled CuTe layout computes (an XOR of address bits) hides its space from the compiler,
+// which then emits generic LD / ST, slower than LDS / STS.
+__device__ __forceinline__ uint4 ld_shared_v4(const void* p) {
+  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_shared_v4(void* p, uint4 v) {
+  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n"
+               :: "r"(a), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
+
 // The epilogue stores of a 16-bit tile that a consumer warpgroup holds in accumulator form
 // (`r16`: its accumulator values already rounded, partitioned by `mma` as the accumulator was),
 // through shared memory: stmatrix into `s` (the tile's swizzled shared layout, rows x columns;
@@ -236,8 +252,7 @@ __device__ __forceinline__ void stage_and_store_rows(T* g, int64_t row_stride, i
     // (a 16-byte chunk of a row is contiguous in the swizzled layout: the swizzle moves whole
     // 16-byte units)
     if (r0 + r < rows_valid)
-      *reinterpret_cast<uint4*>(g + int64_t(r0 + r) * row_stride + col) =
-          *reinterpret_cast<const uint4*>(&s(r0 + r, col));
+      *reinterpret_cast<uint4*>(g + int64_t(r0 + r) * row_stride + col) = ld_shared_v4(&s(r0 + r, col));
   }
 }
 

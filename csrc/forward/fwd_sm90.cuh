@@ -421,7 +421,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         float acc = 0.f;
         CUTLASS_PRAGMA_UNROLL
         for (int ch = (tid & 3); ch < kChunks; ch += 4)
-          acc = dot8_accumulate<T>(*reinterpret_cast<const uint4*>(&sQ(row, ch * 8)),
+          acc = dot8_accumulate<T>(ld_shared_v4(&sQ(row, ch * 8)),
                                    *reinterpret_cast<const uint4*>(shift + ch * 8), acc);
         qshift[r] = quad_sum(acc);
       }
@@ -683,7 +683,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
           const int row = consumer * 64 + r;
           if (m0 + row < m_end) {
             *reinterpret_cast<uint4*>(gO + int64_t(row) * p.o_stride[1] + col) =
-                *reinterpret_cast<const uint4*>(&sQ(row, col));
+                ld_shared_v4(&sQ(row, col));
           }
         }
         // Persistent: the producer's next TMA load of Q into this buffer is an async-proxy write

@@ -18,7 +18,9 @@ import shutil
 import subprocess
 import sys
 
-OPS = ("HGMMA", "UTMALDG", "UTMASTG", "UBLKCP", "UBLKRED", "LDL", "STL", "BAR.SYNC", "SYNCS")
+# (LD, ST: generic loads and stores, "LD.E..." / "ST.E..."; LDS / LDG / LDL are not counted as LD)
+OPS = ("HGMMA", "UTMALDG", "UTMASTG", "UBLKCP", "UBLKRED", "LDL", "STL", "BAR.SYNC", "SYNCS", "LD",
+       "ST")
 
 
 def find_tool(name, required=True):

@@ -100,3 +100,13 @@ def test_default_hopper_kernels_do_not_spill(kernels):
     spilling = [k for k, c in kernels.items() if "sm90" in k and (c["LDL"] or c["STL"])]
     unexpected = [k for k in spilling if not any(a in k for a in allowed)]
     assert not unexpected, f"kernels with local-memory instructions: {unexpected}"
+
+
+def test_hopper_kernels_address_shared_memory_explicitly(kernels):
+    """No generic loads or stores (LD / ST) in the Hopper kernels. An address that a swizzled CuTe
+    layout computes (an XOR of address bits) hides its shared-memory space from the compiler,
+    which then emits generic LD / ST, slower than LDS / STS; csrc/common/sm90.cuh's
+    ld_shared_v4 / st_shared_v4 state the space. gproj's d = 256 in-place Q' was such a loop:
+    explicit, it made that backward 4-6% faster (bench/NOTES.md session 19)."""
+    generic = [k for k, c in kernels.items() if "sm90" in k and (c["LD"] or c["ST"])]
+    assert not generic, f"Hopper kernels with generic LD / ST: {generic}"

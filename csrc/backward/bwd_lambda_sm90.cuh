@@ -439,25 +439,22 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       Tensor ds_rc = make_tensor(tDQrDS.data(), acc_rowcol(tDQrDS.layout()));
       Tensor pk_rc = make_tensor(tDQrPK.data(), acc_rowcol(tDQrPK.layout()));
       Tensor cdq_rc = make_tensor(tDQcDQ.data(), acc_rowcol(tDQcDQ.layout()));
-      if (dq_staged) {
+      auto dq_pair = [&](int j) {  // columns j, j + 1 of row r, rounded as a pair
+        const float x0 = __fsub_rn(ds_rc(r, j), __fmul_rn(lam, pk_rc(r, j)));
+        const float x1 = __fsub_rn(ds_rc(r, j + 1), __fmul_rn(lam, pk_rc(r, j + 1)));
+        return pack2<T>(p.softmax_scale * x0, p.softmax_scale * x1);
+      };
+      if (dq_staged) {  // into registers, stored below
         CUTLASS_PRAGMA_UNROLL
-        for (int j = 0; j < size<1>(ds_rc); j += 2) {
-          const float x0 = __fsub_rn(ds_rc(r, j), __fmul_rn(lam, pk_rc(r, j)));
-          const float x1 = __fsub_rn(ds_rc(r, j + 1), __fmul_rn(lam, pk_rc(r, j + 1)));
-          *reinterpret_cast<uint32_t*>(&dq16_rc(r, j)) =
-              pack2<T>(p.softmax_scale * x0, p.softmax_scale * x1);
-        }
+        for (int j = 0; j < size<1>(ds_rc); j += 2)
+          *reinterpret_cast<uint32_t*>(&dq16_rc(r, j)) = dq_pair(j);
       } else if (m0 + row < m_end) {
         const int64_t qrow = seq.q_start + m0 + row;
         T* gdq = reinterpret_cast<T*>(p.dq) + b * p.dq_stride[0] + qrow * p.dq_stride[1] +
                  h * p.dq_stride[2];
         CUTLASS_PRAGMA_UNROLL
-        for (int j = 0; j < size<1>(ds_rc); j += 2) {
-          const float x0 = __fsub_rn(ds_rc(r, j), __fmul_rn(lam, pk_rc(r, j)));
-          const float x1 = __fsub_rn(ds_rc(r, j + 1), __fmul_rn(lam, pk_rc(r, j + 1)));
-          *reinterpret_cast<uint32_t*>(gdq + get<1>(cdq_rc(r, j))) =
-              pack2<T>(p.softmax_scale * x0, p.softmax_scale * x1);
-        }
+        for (int j = 0; j < size<1>(ds_rc); j += 2)
+          *reinterpret_cast<uint32_t*>(gdq + get<1>(cdq_rc(r, j))) = dq_pair(j);
       }
     }
   }

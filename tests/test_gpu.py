@@ -919,6 +919,59 @@ def test_hopper_gproj_dk_projection_leaves_unseen_keys_at_zero(d, monkeypatch):
 
 @pytest.mark.parametrize("numerics", ["fa3", "gproj"])
 @pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("case", ["ragged", "gqa-causal", "varlen-causal"])
+def test_hopper_staged_epilogue_stores_the_same_bits(numerics, d, case, monkeypatch):
+    """The Hopper backward writes 16-bit dK and dV (and gproj's dQ) through shared memory
+    (stage_and_store_rows, session 19) unless fp32 dK is asked for (dk_accum: fa3 mode's dK and
+    dV then leave from the accumulators, as before) or GPROJ_FWD_AB bit 32 turns it off. Every
+    way gives the same bits, on key and query blocks cut by the sequence's end (300 keys: two
+    128-key blocks and 44), a causal mask, GQA and varlen sequences (one empty). dQ is summed by
+    reduce-adds in fa3 mode and at d=256, whose order varies from run to run and rounds a few
+    entries to the neighbouring bf16 value (2.7e-5 of the norm measured), so it is compared
+    there to 1e-3."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("needs a Hopper GPU")
+    monkeypatch.setenv("GPROJ_HOPPER_BWD", "1")
+    g = torch.Generator(device=DEV).manual_seed(31 + d)
+    cu = mq = mk = None
+    causal = case != "ragged"
+    if case == "varlen-causal":
+        cu = torch.tensor([0, 100, 100, 400, 529], dtype=torch.int32, device=DEV)
+        q, k, v, do = (rand(529, 4, d, g=g) for _ in range(4))
+        mq = mk = 300
+    else:
+        b, nq, nk, h, hk = (2, 300, 300, 4, 4) if case == "ragged" else (2, 257, 333, 4, 2)
+        q, do = rand(b, nq, h, d, g=g), rand(b, nq, h, d, g=g)
+        k, v = rand(b, nk, hk, d, g=g), rand(b, nk, hk, d, g=g)
+        mq, mk = nq, nk
+    scale = 1 / math.sqrt(d)
+    wr = 0 if causal else -1
+    out, _, stats = forward_cuda(q, k, v, cu, cu, mq, mk, scale, -1, wr, numerics)
+
+    def grads(dk_accum=None):
+        got = backward_cuda(do, q, k, v, out, stats, cu, cu, mq, mk, scale, -1, wr, numerics,
+                            dk_accum=dk_accum, hopper=True)
+        torch.cuda.synchronize()
+        return got
+    staged = grads()
+    monkeypatch.setenv("GPROJ_FWD_AB", "32")
+    direct = grads()
+    monkeypatch.delenv("GPROJ_FWD_AB")
+    with_fp32 = grads(torch.zeros(k.shape, dtype=torch.float32, device=DEV))
+    exact_dq = numerics == "gproj" and d != 256
+    for other in (direct, with_fp32):
+        assert torch.equal(staged[1], other[1]), "dK"
+        assert torch.equal(staged[2], other[2]), "dV"
+        if exact_dq:
+            assert torch.equal(staged[0], other[0]), "dQ"
+        else:
+            diff = (staged[0].double() - other[0].double()).norm() / other[0].double().norm()
+            assert diff < 1e-3, f"dQ {diff:.2e}"
+    assert all(torch.isfinite(x).all() for x in staged)
+
+
+@pytest.mark.parametrize("numerics", ["fa3", "gproj"])
+@pytest.mark.parametrize("d", [64, 128, 256])
 def test_hopper_kv_backward_varlen(numerics, d, monkeypatch):
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("needs a Hopper GPU")

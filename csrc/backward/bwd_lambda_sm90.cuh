@@ -217,6 +217,13 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   // rows past the end get the state of a row that sees no key).
   {
     const int r = tid >> 1, part = tid & 1;
+    // the row's softmax state first: its load then overlaps the O and dO loads below (issued
+    // after their dot product, it waited for a second round trip to global memory; ncu put
+    // 4.9% of the d = 64 pass's warp samples at the barrier after this block). Measured both
+    // directions (bench/NOTES.md session 19 item 10): this pass -0.6 to -1.4%.
+    float2 st = make_float2(INFINITY, 0.f);
+    if (part == 0 && m0 + r < m_end)
+      st = reinterpret_cast<const float2*>(p.stats)[rowstat_index(p, b, h, seq.q_start + m0 + r)];
     float acc = 0.f;
     if (m0 + r < m_end) {
       const int64_t row = seq.q_start + m0 + r;
@@ -238,9 +245,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     acc += __shfl_xor_sync(0xffffffff, acc, 1);
     if (part == 0) {
       ss.delta[r] = acc;
-      ss.stats[r] = m0 + r < m_end
-                        ? reinterpret_cast<const float2*>(p.stats)[rowstat_index(p, b, h, seq.q_start + m0 + r)]
-                        : make_float2(INFINITY, 0.f);
+      ss.stats[r] = st;
     }
   }
   Element* ones_ptr = nullptr;  // kTensorRowSums only

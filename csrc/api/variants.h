@@ -13,6 +13,19 @@ inline bool force_sm80() {
   return v != nullptr && v[0] == '1';
 }
 
+// The value of environment variable `name` where it is a plain decimal number (digits only, no
+// leading zero) in [lo, hi]; else 0 (unset, or a value no switch knows).
+inline int env_int_in(const char* name, int lo, int hi) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || v[0] < '1' || v[0] > '9') return 0;
+  int x = 0;
+  for (const char* c = v; *c != '\0'; ++c) {
+    if (*c < '0' || *c > '9' || x > hi) return 0;
+    x = 10 * x + (*c - '0');
+  }
+  return x >= lo && x <= hi ? x : 0;
+}
+
 // GPROJ_FWD_VARIANT=1..10: experimental sm90 forward variants for A/B measurements
 // (fwd_sm90.cuh, run_forward: no pingpong, O-rescale skipping flipped, persistence flipped,
 // kBlockN 176, three consumer warpgroups, three with P through shared memory on 192- / 160-key
@@ -26,11 +39,7 @@ inline int fwd_variant() {
 #ifdef GPROJ_NO_FWD_VARIANTS
   return 0;
 #else
-  const char* v = std::getenv("GPROJ_FWD_VARIANT");
-  if (v == nullptr) return 0;
-  if (v[0] >= '1' && v[0] <= '9' && v[1] == '\0') return v[0] - '0';
-  if (v[0] == '1' && v[1] == '0' && v[2] == '\0') return 10;
-  return 0;
+  return env_int_in("GPROJ_FWD_VARIANT", 1, 10);
 #endif
 }
 
@@ -85,11 +94,7 @@ inline int fwd_ab() {
 //  10: the default with 96-row query tiles in the d = 64 gproj KV-outer pass instead of 128 (the
 //      default until session 11).
 inline int bwd_variant() {
-  const char* v = std::getenv("GPROJ_BWD_VARIANT");
-  if (v == nullptr) return 0;
-  if (v[0] >= '3' && v[0] <= '9' && v[1] == '\0') return v[0] - '0';
-  if (v[0] == '1' && v[1] == '0' && v[2] == '\0') return 10;
-  return 0;
+  return env_int_in("GPROJ_BWD_VARIANT", 3, 10);
 }
 
 // Whether the gproj Hopper backward rounds A once and projects dK (needs dk_unprojected, dk_keysum).

@@ -108,7 +108,7 @@ __device__ __forceinline__ void produce_kv_pass_tiles(
 // row j of the block's keys n0.., head dim column), rows past the end dropped: dV rounded, dK
 // scaled by alpha and rounded, unless kFp32DkOnly (A in one part: dK leaves in fp32 only, in
 // p.dk_unprojected, for dk_project.cuh); fp32 dK also into p.dk_accum where the caller asked.
-// (kStoreDv false: dK alone, dV having gone through store_dk_dv_staged.)
+// (kStoreDv false: dK alone, dV having gone through store_dk_dv_epilogue's staged stores.)
 template <typename T, bool kFp32DkOnly, bool kStoreDv = true, class Acc, class Coords>
 __device__ __forceinline__ void store_dk_dv(const AttnParams& p, const SeqBounds& seq, int b,
                                             int hk, int n0, int n_end, Acc const& tdKrdK,
@@ -137,36 +137,35 @@ __device__ __forceinline__ void store_dk_dv(const AttnParams& p, const SeqBounds
   }
 }
 
-// Whether store_dk_dv_staged may write dV (and, kWithDk, dK): 16-byte rows (16-bit pointers and
-// strides multiples of 8 elements), no fp32 dK asked for (p.dk_accum: store_dk_dv writes it), and
-// not turned off for A/B runs (GPROJ_FWD_AB bit 32).
-template <bool kWithDk>
-__device__ __forceinline__ bool dk_dv_stores_staged(const AttnParams& p) {
-  int64_t strides = p.dv_stride[0] | p.dv_stride[1] | p.dv_stride[2];
-  uint64_t ptrs = p.dv;
-  if constexpr (kWithDk) {
-    strides |= p.dk_stride[0] | p.dk_stride[1] | p.dk_stride[2];
-    ptrs |= p.dk;
-    if (p.dk_accum != 0) return false;
-  }
-  return !(p.fwd_ab & 32) && (ptrs & 15) == 0 && (strides & 7) == 0;
-}
-
-// The epilogue's dV (and, kWithDk, dK scaled by alpha) in 16 bits through the V (and K) tile's
-// shared memory (stage_and_store_rows), rows past the end dropped: each consumer warpgroup its
-// rows [r0, r0 + 64) x columns [c0, c0 + kCols) (its own 64 keys, or at d = 256 its half of the
-// head dim). Measured against the per-thread stores of store_dk_dv (GPROJ_FWD_AB=32), interleaved
-// (bench/NOTES.md session 19), the whole fa3 backward: -2.6 to -5.3% at N = 2k-4k (d = 64, 128,
-// 256), -0.5 to -1.4% at 8k-16k; gproj's (dV here, dQ in its Q-outer pass): -0.5 to -2.0%.
-template <typename T, int kCols, bool kWithDk, class TiledMma, class Acc, class SmemTile>
-__device__ __forceinline__ void store_dk_dv_staged(const AttnParams& p, const SeqBounds& seq, int b,
-                                                   int hk, int n0, int n_end, int r0, int c0,
-                                                   int w, int tid, TiledMma const& mma_kv,
-                                                   Acc const& tdKrdK, Acc const& tdVrdV,
-                                                   SmemTile& sK, SmemTile& sV) {
+// The epilogue's dK (scaled by alpha) and dV, rows past the end dropped. 16-bit ones go through
+// the K and V tiles' shared memory (stage_and_store_rows) where the rows allow it: each consumer
+// warpgroup its rows [r0, r0 + 64) x columns [c0, c0 + kCols) (its own 64 keys, or at d = 256
+// its half of the head dim), after `sync()` has made sure that no warpgroup still reads what it
+// overwrites. kFp32Dk (A in one part: dK leaves in fp32 only, for dk_project.cuh): dV staged, dK
+// from the accumulators (8-byte stores: a whole 32-byte sector of a row per four lanes). Else
+// (misaligned rows, fp32 dK asked for in p.dk_accum, GPROJ_FWD_AB bit 32) store_dk_dv alone.
+// Measured against store_dk_dv's 4-byte stores, each of which touches 8 rows per warp
+// (GPROJ_FWD_AB=32), interleaved (bench/NOTES.md session 19), the whole fa3 backward: -2.6 to
+// -5.3% at N = 2k-4k (d = 64, 128, 256), -0.5 to -1.4% at 8k-16k; gproj's (dV here, dQ in its
+// Q-outer pass): -0.5 to -2.0%.
+template <typename T, int kCols, bool kFp32Dk, class Sync, class TiledMma, class Acc,
+          class Coords, class SmemTile>
+__device__ __forceinline__ void store_dk_dv_epilogue(const AttnParams& p, const SeqBounds& seq,
+                                                     int b, int hk, int n0, int n_end, int r0,
+                                                     int c0, int w, int tid, Sync sync,
+                                                     TiledMma const& mma_kv, Acc const& tdKrdK,
+                                                     Acc const& tdVrdV, Coords const& tdKcdK,
+                                                     SmemTile& sK, SmemTile& sV) {
   using Element = typename SmemTile::value_type;
+  const bool staged = rows_stageable(p, p.dv, p.dv_stride) &&
+                      (kFp32Dk || (p.dk_accum == 0 && rows_stageable(p, p.dk, p.dk_stride)));
+  if (!staged) {
+    store_dk_dv<T, kFp32Dk>(p, seq, b, hk, n0, n_end, tdKrdK, tdVrdV, tdKcdK);
+    return;
+  }
+  sync();
   const int64_t k_row0 = seq.k_start + n0;
-  if constexpr (kWithDk) {
+  if constexpr (!kFp32Dk) {
     Tensor rDK = make_tensor_like<Element>(tdKrdK);
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < size(tdKrdK); i += 2)
@@ -181,6 +180,7 @@ __device__ __forceinline__ void store_dk_dv_staged(const AttnParams& p, const Se
     reinterpret_cast<uint32_t*>(rDV.data())[i / 2] = pack2<T>(tdVrdV(i), tdVrdV(i + 1));
   T* gDV = reinterpret_cast<T*>(p.dv) + b * p.dv_stride[0] + k_row0 * p.dv_stride[1] + hk * p.dv_stride[2];
   stage_and_store_rows<kCols>(gDV, p.dv_stride[1], n_end - n0, r0, c0, w, tid, mma_kv, rDV, sV);
+  if constexpr (kFp32Dk) store_dk_dv<T, true, false>(p, seq, b, hk, n0, n_end, tdKrdK, tdVrdV, tdKcdK);
 }
 
 }  // namespace sm90

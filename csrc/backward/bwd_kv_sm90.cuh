@@ -725,31 +725,20 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   // ---------------- epilogue: dK = alpha dK, dV, rows past the end dropped ----------------
   // (one part of A in dK, kProjectsDk: dK leaves in fp32 only, with its key sums below;
   // dk_project.cuh projects it and rounds it once)
-  // 16-bit dK and dV go through the K and V tiles' shared memory (store_dk_dv_staged) where the
-  // rows allow it; fp32 dK is stored from the accumulators (8-byte stores: a whole 32-byte sector
-  // of a row per four lanes).
+  // (store_dk_dv_epilogue: 16-bit dK and dV through the K and V tiles' shared memory)
   if constexpr (Traits::kDqHere && !kGProj) {
     // fa3 mode: once both warpgroups are past their last GEMM (the dQ GEMMs read every key of K)
-    if (dk_dv_stores_staged<true>(p)) {
-      consumers_sync();
-      store_dk_dv_staged<T, kHeadDim, true>(p, seq, b, hk, n0, n_end, 64 * w, 0, w, tid, mma_kv,
-                                            tdKrdK, tdVrdV, sK, sV);
-    } else {
-      store_dk_dv<T, false>(p, seq, b, hk, n0, n_end, tdKrdK, tdVrdV, tdKcdK);
-    }
+    store_dk_dv_epilogue<T, kHeadDim, false>(p, seq, b, hk, n0, n_end, 64 * w, 0, w, tid,
+                                             [] { consumers_sync(); }, mma_kv, tdKrdK, tdVrdV,
+                                             tdKcdK, sK, sV);
   } else if constexpr (Traits::kProjectsDk) {
     // gproj (A in one part): dV staged in this warpgroup's own V rows, which only its own dP
-    // GEMMs read (no dQ GEMM here); dK in fp32
-    if (dk_dv_stores_staged<false>(p)) {
-      wg_sync(w);  // every warp of the warpgroup is past its last GEMM
-      store_dk_dv_staged<T, kHeadDim, false>(p, seq, b, hk, n0, n_end, 64 * w, 0, w, tid, mma_kv,
-                                             tdKrdK, tdVrdV, sK, sV);
-      store_dk_dv<T, true, false>(p, seq, b, hk, n0, n_end, tdKrdK, tdVrdV, tdKcdK);
-    } else {
-      store_dk_dv<T, true>(p, seq, b, hk, n0, n_end, tdKrdK, tdVrdV, tdKcdK);
-    }
-  } else {
-    store_dk_dv<T, Traits::kProjectsDk>(p, seq, b, hk, n0, n_end, tdKrdK, tdVrdV, tdKcdK);
+    // GEMMs read (no dQ GEMM here), once every warp of the warpgroup is past its last GEMM
+    store_dk_dv_epilogue<T, kHeadDim, true>(p, seq, b, hk, n0, n_end, 64 * w, 0, w, tid,
+                                            [w] { wg_sync(w); }, mma_kv, tdKrdK, tdVrdV, tdKcdK,
+                                            sK, sV);
+  } else {  // (the A/B variants with A in two or three parts)
+    store_dk_dv<T, false>(p, seq, b, hk, n0, n_end, tdKrdK, tdVrdV, tdKcdK);
   }
   if constexpr (Traits::kProjectsDk) {
     // This warpgroup's Σ_j dK_j (per column) and Σ_j ||dK_j|| over its 64 keys, in fp64 and a fixed

@@ -482,18 +482,12 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   // ---------------- epilogue: dK = alpha dK, dV (this warpgroup's half), rows past the end dropped
   // (one part of A in dK, kProjectsDk: dK leaves in fp32 only, with its key sums below;
   // dk_project.cuh projects it and rounds it once)
-  // 16-bit dK and dV through the K and V tiles' shared memory (store_dk_dv_staged: this
-  // warpgroup's half of the head dim), once both warpgroups are past their last GEMM (each read
-  // all of K and V); fp32 dK from the accumulators.
-  if (dk_dv_stores_staged<!Traits::kProjectsDk>(p)) {
-    consumers_sync();
-    store_dk_dv_staged<T, kHeadDim / 2, !Traits::kProjectsDk>(
-        p, seq, b, hk, n0, n_end, 0, w * (kHeadDim / 2), w, tid, mma_kv, tdKrdK, tdVrdV, sK, sV);
-    if constexpr (Traits::kProjectsDk)
-      store_dk_dv<T, true, false>(p, seq, b, hk, n0, n_end, tdKrdK, tdVrdV, tdKcdK);
-  } else {
-    store_dk_dv<T, Traits::kProjectsDk>(p, seq, b, hk, n0, n_end, tdKrdK, tdVrdV, tdKcdK);
-  }
+  // (store_dk_dv_epilogue: 16-bit dK and dV through the K and V tiles' shared memory, this
+  // warpgroup's half of the head dim, once both warpgroups are past their last GEMM: each read
+  // all of K and V)
+  store_dk_dv_epilogue<T, kHeadDim / 2, Traits::kProjectsDk>(
+      p, seq, b, hk, n0, n_end, 0, w * (kHeadDim / 2), w, tid, [] { consumers_sync(); }, mma_kv,
+      tdKrdK, tdVrdV, tdKcdK, sK, sV);
   if constexpr (Traits::kProjectsDk) {
     // The block's 64 keys are one p.dk_keysum slot (kKeysumSlot): Σ_j dK_j per column (each
     // warpgroup its half) and Σ_j ||dK_j|| (rows whole: the halves' squared norms exchanged

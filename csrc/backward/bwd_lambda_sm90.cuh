@@ -32,14 +32,6 @@
 namespace gproj {
 namespace sm90 {
 
-// Whether the λ + dQ pass stores dQ through shared memory (stage_and_store_rows): 16-byte rows
-// (16-bit pointer and strides multiples of 8 elements), not turned off for A/B runs
-// (GPROJ_FWD_AB bit 32).
-__device__ __forceinline__ bool dq_stores_staged(const AttnParams& p) {
-  const int64_t strides = p.dq_stride[0] | p.dq_stride[1] | p.dq_stride[2];
-  return !(p.fwd_ab & 32) && (p.dq & 15) == 0 && (strides & 7) == 0;
-}
-
 template <typename T_, int kHeadDim_, int kBlockN_, int kStages_, bool kDq_>
 struct LambdaTraits : Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_> {
   using Base = Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_>;
@@ -425,7 +417,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   using Element = typename Traits::Element;
   Tensor rDQ = make_tensor_like<Element>(tDQrDS);
   Tensor dq16_rc = make_tensor(rDQ.data(), acc_rowcol(tDQrDS.layout()));
-  const bool dq_staged = Traits::kDq && dq_stores_staged(p);
+  const bool dq_staged = Traits::kDq && rows_stageable(p, p.dq, p.dq_stride);
   CUTLASS_PRAGMA_UNROLL
   for (int r = 0; r < kRows; ++r) {
     const int row = get<0>(c_rc(r, 0));

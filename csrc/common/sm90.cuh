@@ -225,6 +225,14 @@ __device__ __forceinline__ void st_shared_v4(void* p, uint4 v) {
                :: "r"(a), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
 }
 
+// Whether stage_and_store_rows may write a 16-bit tensor (pointer, strides in elements): 16-byte
+// rows, i.e. a 16-byte aligned pointer and strides multiples of 8 elements, and not turned off
+// for A/B runs (GPROJ_FWD_AB bit 32: the per-thread stores from the accumulators).
+__device__ __forceinline__ bool rows_stageable(const AttnParams& p, uint64_t ptr,
+                                               const int64_t (&stride)[3]) {
+  return !(p.fwd_ab & 32) && (ptr & 15) == 0 && ((stride[0] | stride[1] | stride[2]) & 7) == 0;
+}
+
 // The epilogue stores of a 16-bit tile that a consumer warpgroup holds in accumulator form
 // (`r16`: its accumulator values already rounded, partitioned by `mma` as the accumulator was),
 // through shared memory: stmatrix into `s` (the tile's swizzled shared layout, rows x columns;

@@ -61,6 +61,19 @@ struct LambdaTraits : Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_> {
   // under the next tile's S and dP (kOverlapDq) and eight more WGMMAs per tile cost more than
   // the instructions they save; so d = 128 only.
   static constexpr bool kTensorRowSums = kDq_ && kHeadDim_ == 128;
+  // delta = Σ_d dO O from shared memory's dO (the TMA tile the dP GEMM reads) and O loaded by the
+  // consumers, to the accumulator lanes by shuffles, instead of O and dO both loaded from global
+  // memory and handed over through shared memory and a barrier of both warpgroups. Measured both
+  // directions against the previous build (bench/NOTES.md session 20 item 2): this pass -2.8 /
+  // -3.5% at d = 128 N = 2k, -0.9 / -4.2% at 8k causal, -1.5 / -1.6% at d = 256 (λ only); at
+  // d = 64 +1.2 to +4.5% (2k-16k, also at 16k, where a block's start is ~1% of its time; the key
+  // loop's SASS is the same but for 3 instructions: not located), so not there.
+  static constexpr bool kDeltaFromSmem = kHeadDim_ >= 128;
+  struct NoRowTiles {};
+  struct RowTiles {  // !kDeltaFromSmem: delta and the softmax state, handed over
+    float delta[Base::kBlockM];
+    float2 stats[Base::kBlockM];
+  };
   using TiledMmaOnes = decltype(make_tiled_mma(
       GMMA::rs_op_selector<Element, Element, float, Shape<_64, _8, Int<Base::kBlockN>>>(),
       typename Base::AtomLayout{}));
@@ -80,8 +93,7 @@ struct LambdaTraits : Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_> {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> v;
     OnesTile ones;  // kTensorRowSums
-    float delta[kBlockM];
-    float2 stats[kBlockM];
+    std::conditional_t<kDeltaFromSmem, NoRowTiles, RowTiles> rows;
     alignas(16) cutlass::arch::ClusterTransactionBarrier barrier_q;  // Q and dO loaded
     alignas(16) typename Pipeline::SharedStorage pipe_k;
     alignas(16) typename Pipeline::SharedStorage pipe_v;
@@ -205,39 +217,50 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       }
     }
   }
-  // delta and the saved softmax state of the tile's rows, into shared memory (2 threads per row;
-  // rows past the end get the state of a row that sees no key).
-  {
-    const int r = tid >> 1, part = tid & 1;
-    // the row's softmax state first: its load then overlaps the O and dO loads below (issued
-    // after their dot product, it waited for a second round trip to global memory; ncu put
-    // 4.9% of the d = 64 pass's warp samples at the barrier after this block). Measured both
-    // directions (bench/NOTES.md session 19 item 10): this pass -0.6 to -1.4%.
-    float2 st = make_float2(INFINITY, 0.f);
-    if (part == 0 && m0 + r < m_end)
-      st = reinterpret_cast<const float2*>(p.stats)[rowstat_index(p, b, h, seq.q_start + m0 + r)];
-    float acc = 0.f;
-    if (m0 + r < m_end) {
-      const int64_t row = seq.q_start + m0 + r;
-      const T* orow = reinterpret_cast<const T*>(p.out) + b * p.o_stride[0] + row * p.o_stride[1] +
-                      h * p.o_stride[2];
-      const T* drow = reinterpret_cast<const T*>(p.dout) + b * p.do_stride[0] +
-                      row * p.do_stride[1] + h * p.do_stride[2];
-      // 16-byte loads where both rows allow them: the scalar loop's 64 dependent loads per thread
-      // held every consumer warp at the first barrier (7.5% of the pass's samples, ncu a7c1656)
-      if (((reinterpret_cast<uintptr_t>(orow) | reinterpret_cast<uintptr_t>(drow)) & 15) == 0) {
-        CUTLASS_PRAGMA_UNROLL
-        for (int ch = part; ch < kHeadDim / 8; ch += 2)
-          acc = dot8_accumulate<T>(*reinterpret_cast<const uint4*>(orow + 8 * ch),
-                                   *reinterpret_cast<const uint4*>(drow + 8 * ch), acc);
-      } else {
-        for (int d = part; d < kHeadDim; d += 2) acc += to_float(orow[d]) * to_float(drow[d]);
-      }
+  // The rows' softmax state (2 threads per row: row tid / 2; rows past the end get the state of a
+  // row that sees no key) and delta = Σ_d dO O (each thread every other 16-byte chunk of the row,
+  // in order, then the pair): kDeltaFromSmem, O loaded now and dO read from shared memory once it
+  // is there (below); else O and dO from global memory here, both handed to the accumulator
+  // lanes through shared memory and a barrier of both warpgroups.
+  const int r_own = tid >> 1, part = tid & 1;
+  const bool row_ok = m0 + r_own < m_end;
+  // the row's softmax state first: its load then overlaps O's (issued after the dot product, it
+  // waited for a second round trip to global memory; ncu put 4.9% of the d = 64 pass's warp
+  // samples at the barrier after it). Measured both directions (bench/NOTES.md session 19 item
+  // 10): this pass -0.6 to -1.4%.
+  float2 st = make_float2(INFINITY, 0.f);
+  if (part == 0 && row_ok)
+    st = reinterpret_cast<const float2*>(p.stats)[rowstat_index(p, b, h, seq.q_start + m0 + r_own)];
+  const int64_t q_row = seq.q_start + m0 + r_own;
+  const T* orow = reinterpret_cast<const T*>(p.out) + b * p.o_stride[0] + q_row * p.o_stride[1] +
+                  h * p.o_stride[2];
+  const T* drow = reinterpret_cast<const T*>(p.dout) + b * p.do_stride[0] +
+                  q_row * p.do_stride[1] + h * p.do_stride[2];
+  // 16-byte loads (what launch.cu requires of out and dout): the scalar loop's 64 dependent loads
+  // per thread held every consumer warp at the first barrier (7.5% of the pass's samples, ncu
+  // a7c1656); it stays as a safety net
+  const bool rows_vec = ((reinterpret_cast<uintptr_t>(orow) | reinterpret_cast<uintptr_t>(drow)) & 15) == 0;
+  constexpr int kOChunks = kHeadDim / 16;  // this thread's 16-byte chunks: part, part + 2, ...
+  uint4 o_chunk[kOChunks];
+  float acc = 0.f;
+  if constexpr (Traits::kDeltaFromSmem) {
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < kOChunks; ++i)
+      o_chunk[i] = row_ok && rows_vec ? *reinterpret_cast<const uint4*>(orow + 8 * (part + 2 * i))
+                                      : make_uint4(0u, 0u, 0u, 0u);
+  } else {
+    if (row_ok && rows_vec) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < kOChunks; ++i)
+        acc = dot8_accumulate<T>(*reinterpret_cast<const uint4*>(orow + 8 * (part + 2 * i)),
+                                 *reinterpret_cast<const uint4*>(drow + 8 * (part + 2 * i)), acc);
+    } else if (row_ok) {
+      for (int d = part; d < kHeadDim; d += 2) acc += to_float(orow[d]) * to_float(drow[d]);
     }
     acc += __shfl_xor_sync(0xffffffff, acc, 1);
     if (part == 0) {
-      ss.delta[r] = acc;
-      ss.stats[r] = st;
+      ss.rows.delta[r_own] = acc;
+      ss.rows.stats[r_own] = st;
     }
   }
   Element* ones_ptr = nullptr;  // kTensorRowSums only
@@ -247,7 +270,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       ones_ptr[i] = Element(1.f);
     cutlass::arch::fence_view_async_shared();  // generic writes -> the WGMMA's reads
   }
-  asm volatile("bar.sync 1, 256;\n" ::: "memory");  // the consumers' shared row state is written
+  // (!kDeltaFromSmem: the handed-over rows; kTensorRowSums: the ones tile both warpgroups read)
+  if constexpr (!Traits::kDeltaFromSmem || Traits::kTensorRowSums)
+    asm volatile("bar.sync 1, 256;\n" ::: "memory");
 
   typename Traits::TiledMma mma;
   auto thr = mma.get_thread_slice(tid);
@@ -287,11 +312,37 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   RowSoftmax rsm[kRows];
   float delta[kRows];
   PairSum r_sum[kRows], s_sum[kRows];  // across tiles: fp32 pairs, ~48 bits (device.cuh)
-  CUTLASS_PRAGMA_UNROLL
-  for (int r = 0; r < kRows; ++r) {
-    const int row = get<0>(c_rc(r, 0));
-    rsm[r] = load_row_softmax(ss.stats[row], c);
-    delta[r] = ss.delta[row];
+  if constexpr (Traits::kDeltaFromSmem) {
+    // dO from shared memory where the tile has keys (its TMA load waited for here), else from
+    // global memory; then delta and the softmax state to the accumulator lanes by shuffles: a
+    // warp's accumulator rows are its own 16 rows here (row R of the tile: lane 2 (R mod 16)).
+    if (nb_max > nb_min) ss.barrier_q.wait(0);
+    if (nb_max > nb_min && rows_vec) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < kOChunks; ++i)
+        acc = dot8_accumulate<T>(o_chunk[i], ld_shared_v4(&sDO(r_own, 8 * (part + 2 * i))), acc);
+    } else if (row_ok) {
+      for (int d = part; d < kHeadDim; d += 2) acc += to_float(orow[d]) * to_float(drow[d]);
+    }
+    acc += __shfl_xor_sync(0xffffffff, acc, 1);
+    CUTLASS_PRAGMA_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      const int src = 2 * (get<0>(c_rc(r, 0)) & 15);
+      delta[r] = __shfl_sync(0xffffffff, acc, src);
+      const float2 st_r = make_float2(__shfl_sync(0xffffffff, st.x, src),
+                                      __shfl_sync(0xffffffff, st.y, src));
+      rsm[r] = load_row_softmax(st_r, c);
+    }
+    // Both consumer warpgroups start the pingpong together (with the ones tile, its barrier
+    // above did that).
+    if constexpr (!Traits::kTensorRowSums) asm volatile("bar.sync 1, 256;\n" ::: "memory");
+  } else {
+    CUTLASS_PRAGMA_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      const int row = get<0>(c_rc(r, 0));
+      rsm[r] = load_row_softmax(ss.rows.stats[row], c);
+      delta[r] = ss.rows.delta[row];
+    }
   }
   // kTensorRowSums: add the last waited-for tile's row sums (rows in the S accumulator's order)
   auto add_tile_sums = [&]() {
@@ -306,7 +357,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   };
 
   if (nb_max > nb_min) {
-    ss.barrier_q.wait(0);
+    if constexpr (!Traits::kDeltaFromSmem) ss.barrier_q.wait(0);
     // Pingpong (the forward's named barriers 8 and 9): the warpgroups take turns issuing their
     // GEMMs, so one's elementwise work runs while the other's GEMMs are on the tensor cores.
     // Consumer 0 goes first; each turn is a wait/pass pair, the same number in both warpgroups

@@ -64,10 +64,11 @@ struct LambdaTraits : Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_> {
   // delta = Σ_d dO O from shared memory's dO (the TMA tile the dP GEMM reads) and O loaded by the
   // consumers, to the accumulator lanes by shuffles, instead of O and dO both loaded from global
   // memory and handed over through shared memory and a barrier of both warpgroups. Measured both
-  // directions against the previous build (bench/NOTES.md session 20 item 2): this pass -2.8 /
-  // -3.5% at d = 128 N = 2k, -0.9 / -4.2% at 8k causal, -1.5 / -1.6% at d = 256 (λ only); at
-  // d = 64 +1.2 to +4.5% (2k-16k, also at 16k, where a block's start is ~1% of its time; the key
-  // loop's SASS is the same but for 3 instructions: not located), so not there.
+  // directions against the previous build (bench/NOTES.md session 20 item 2): this pass -3.1 /
+  // -3.2% at d = 128 N = 2k, -3.7 / -2.0% at 4k, -1.3 / -1.4% GQA 4k, +0.3 / -0.4% 8k causal;
+  // -1.5 / -1.3% at d = 256 (λ only) 2k. At d = 64 +1.0 to +4.5% (+1.2 to +2.6% with a barrier
+  // before the pingpong), at 16k too, where a block's start is ~1% of its time, with the key
+  // loop's SASS the same but for 3 instructions (not located): so d = 64 keeps the old start.
   static constexpr bool kDeltaFromSmem = kHeadDim_ >= 128;
   struct NoRowTiles {};
   struct RowTiles {  // !kDeltaFromSmem: delta and the softmax state, handed over
@@ -243,6 +244,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   constexpr int kOChunks = kHeadDim / 16;  // this thread's 16-byte chunks: part, part + 2, ...
   uint4 o_chunk[kOChunks];
   float acc = 0.f;
+  auto dot_from_global = [&]() {  // (the safety net: this thread's half of the row, scalar)
+    for (int d = part; d < kHeadDim; d += 2) acc += to_float(orow[d]) * to_float(drow[d]);
+  };
   if constexpr (Traits::kDeltaFromSmem) {
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < kOChunks; ++i)
@@ -255,7 +259,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         acc = dot8_accumulate<T>(*reinterpret_cast<const uint4*>(orow + 8 * (part + 2 * i)),
                                  *reinterpret_cast<const uint4*>(drow + 8 * (part + 2 * i)), acc);
     } else if (row_ok) {
-      for (int d = part; d < kHeadDim; d += 2) acc += to_float(orow[d]) * to_float(drow[d]);
+      dot_from_global();
     }
     acc += __shfl_xor_sync(0xffffffff, acc, 1);
     if (part == 0) {
@@ -322,7 +326,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       for (int i = 0; i < kOChunks; ++i)
         acc = dot8_accumulate<T>(o_chunk[i], ld_shared_v4(&sDO(r_own, 8 * (part + 2 * i))), acc);
     } else if (row_ok) {
-      for (int d = part; d < kHeadDim; d += 2) acc += to_float(orow[d]) * to_float(drow[d]);
+      dot_from_global();
     }
     acc += __shfl_xor_sync(0xffffffff, acc, 1);
     CUTLASS_PRAGMA_UNROLL

@@ -43,14 +43,15 @@ KNOWN_SPILLING_VARIANTS = (
 # bytes (~12 local loads per tile, L1 hits), gproj ~20. Measured faster than the same pass with
 # fewer rows and no spill (bench/NOTES.md, session 11): fa3 mode 4-11% against 64 rows
 # (GPROJ_BWD_VARIANT=9), gproj 1.3-5.6% against 96 (GPROJ_BWD_VARIANT=10); session 12's block
-# coordinates (grid_tile) add 8 bytes to each. A third since session 12: fa3 mode's d = 128 pass,
-# whose producer warpgroup also holds the dQ writer warp within its 24 registers; the producer
-# warpgroup spills 16 bytes (~6 local loads per query tile, L1 hits, off the consumers' path;
-# 28 bytes since session 18's two dQ staging buffers, the writer's loop too); the writer measured
-# 2-4% faster for the whole fa3 backward (bench/NOTES.md, session 12). A fourth
-# since session 13: gproj's d = 128 λ + dQ pass, whose WGMMA descriptors are now built in uniform
-# registers (warpgroup_slice, csrc/common/sm90.cuh), spills 8 bytes outside its key-tile loop
-# (one store and four loads per query tile), while the loop is 5.6% shorter (838 -> 791 SASS
+# coordinates (grid_tile) add 8 bytes to each, and session 21's wait for the λ pass's rows
+# (csrc/common/pdl.cuh) 4 more to gproj's (24-byte stack, 7 local loads and 6 stores). A third since
+# session 12: fa3 mode's d = 128 pass, whose producer warpgroup also holds the dQ writer warp within
+# its 24 registers; the producer warpgroup spills 16 bytes (~6 local loads per query tile, L1 hits,
+# off the consumers' path; 28 bytes since session 18's two dQ staging buffers, the writer's loop
+# too); the writer measured 2-4% faster for the whole fa3 backward (bench/NOTES.md, session 12). A
+# fourth since session 13: gproj's d = 128 λ + dQ pass, whose WGMMA descriptors are now built in
+# uniform registers (warpgroup_slice, csrc/common/sm90.cuh), spills 8 bytes outside its key-tile
+# loop (one store and four loads per query tile), while the loop is 5.6% shorter (838 -> 791 SASS
 # instructions per key tile).
 KNOWN_SPILLING_DEFAULTS = (
     "BwdKvTraits<{t}, 64, false, 3, true, 2, 128>",

@@ -57,6 +57,13 @@ struct AttnParams {
   // mask (query tiles handed out dynamically; the launch zeroes it on its stream first). 0: tiles
   // are dealt round robin.
   uint64_t tile_counter = 0;
+  // Hopper gproj backward at d = 64 / 128, optional: int32 scratch, two per (sequence, kv head),
+  // zeroed by the launch. [pair]: the query rows whose rowstate the λ + dQ pass has written,
+  // summed over the kv head's query heads; [pairs + pair]: the keys whose fp32 dK and key sums
+  // the KV-outer pass has written, + 1 once the pair's key-sum total is in slot 0. With it each
+  // pass is launched as the previous one's programmatic dependent and starts under its last wave,
+  // every block once its pair's count is complete (csrc/common/pdl.cuh). 0: one after the other.
+  uint64_t pair_counters = 0;
 
   // ---- strides in elements: {batch, row, head} ------------------------------------------
   int64_t q_stride[3] = {0, 0, 0}, k_stride[3] = {0, 0, 0}, v_stride[3] = {0, 0, 0};

@@ -92,9 +92,14 @@ inline int fwd_ab() {
 //   9: the default with 64-row query tiles in the d = 64 KV-outer pass instead of 128 (gproj:
 //      the default until session 8; fa3 mode: until session 11);
 //  10: the default with 96-row query tiles in the d = 64 gproj KV-outer pass instead of 128 (the
-//      default until session 11).
+//      default until session 11);
+//  11: the default with the gproj KV-outer pass launched after the Q-outer pass has ended, not as
+//      its programmatic dependent under its last wave (AttnParams::pair_counters; the default
+//      until session 21);
+//  12: the default's counts and waits, but each pass launched after the previous one has ended
+//      (what the counting costs without the overlap).
 inline int bwd_variant() {
-  return env_int_in("GPROJ_BWD_VARIANT", 3, 10);
+  return env_int_in("GPROJ_BWD_VARIANT", 3, 12);
 }
 
 // Whether the gproj Hopper backward rounds A once and projects dK (needs dk_unprojected, dk_keysum).

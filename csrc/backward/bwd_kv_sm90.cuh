@@ -37,6 +37,7 @@
 // rounded once by dq_finish_kernel, its delta comes from delta_kernel (bwd_prepost.cuh).
 #pragma once
 
+#include "../api/variants.h"
 #include "../backward/bwd_common.cuh"
 #include "../common/sm90.cuh"
 #include "../common/tile.cuh"
@@ -222,6 +223,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   using Element = typename Traits::Element;
   using T = typename Traits::T;
   constexpr bool kGProj = Traits::kGProj;
+  // launched as the λ + dQ pass's programmatic dependent where p.pair_counters is set (pdl.cuh)
+  constexpr bool kWaitsForLambda = kGProj && !Traits::kDqHere;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
   using Pipeline = typename Traits::Pipeline;
   using PipelineState = typename Traits::PipelineState;
@@ -235,7 +238,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   const int n_block = gt.tile, hk = gt.head, b = gt.batch;
   const SeqBounds seq(p, b);
   const int n0 = n_block * kBlockN;
-  if (n0 >= seq.nk) return;  // uniform for the block, before any barrier
+  if (n0 >= seq.nk) {  // uniform for the block, before any barrier
+    if (kWaitsForLambda && p.pair_counters) pdl_wait_primary_in_last_block(threadIdx.x == 0);
+    return;
+  }
   const int n_end = min(n0 + kBlockN, seq.nk);
   const Mask mask(seq.nq, seq.nk, p.window_left, p.window_right, p.diag_shift);
   // fa3 mode: the query tiles in [q_full_lo, q_full_hi) need no mask (Mask::full_query_blocks),
@@ -255,6 +261,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   auto& ss = *reinterpret_cast<typename Traits::SharedStorage*>(smem_raw);
   const int wg = cutlass::canonical_warp_group_idx();
   if (threadIdx.x == 0) {
+    // (dK's projection may launch once every block has started: it waits for its pairs' keys)
+    if (Traits::kProjectsDk && p.pair_counters) pdl_launch_dependents();
     cute::prefetch_tma_descriptor(prm.tma_q.get_tma_descriptor());
     cute::prefetch_tma_descriptor(prm.tma_do.get_tma_descriptor());
     if constexpr (kGProj) cute::prefetch_tma_descriptor(prm.tma_qc.get_tma_descriptor());
@@ -290,6 +298,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   Tensor sDS = make_tensor(make_smem_ptr(ds_ptr), typename Traits::SmemLayoutDS{});
   Tensor sPT = make_tensor(make_smem_ptr(pt_ptr), typename Traits::SmemLayoutDS{});
   const int bq = p.cu_seqlens_q ? 0 : b;
+  // A programmatic dependent ends after its primary: its last block waits for it, by a thread
+  // with nothing else to do (the grid's last block starts when the primary is all but done).
+  if (kWaitsForLambda && p.pair_counters) pdl_wait_primary_in_last_block(threadIdx.x == 32);
 
   if (wg == 0) {
     // ---------------- producer: K, V once; Q, dO (Q') per query tile ----------------
@@ -449,6 +460,14 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   };
 
   if (n_items > 0) {
+    // Launched under the Q-outer pass's last wave (pdl.cuh): the lanes that fetch rowstate first
+    // wait until that pass has counted all of this pair's rows (seq.nq for each of the kv head's
+    // query heads). The producer's K / V / Q / dO loads read nothing of it and go ahead.
+    if constexpr (kWaitsForLambda) {
+      if (p.pair_counters && row_lane)
+        counter_wait_acquire(reinterpret_cast<const int*>(p.pair_counters) + b * p.heads_k + hk,
+                             seq.nq * (p.heads / p.heads_k));
+    }
     fetch_rows(0);
     cute::cp_async_wait<0>();
     rows_sync();
@@ -722,8 +741,74 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     }
   }
 
+  // (kProjectsDk) This warpgroup's key sums, after its fp32 dK is stored:
+  auto store_dk_keysums = [&]() {
+    if constexpr (Traits::kProjectsDk) {
+      // This warpgroup's Σ_j dK_j (per column) and Σ_j ||dK_j|| over its 64 keys, in fp64 and a
+      // fixed order (a lane's two keys, the eight lanes that share its columns, the four warps in
+      // order), from exactly the fp32 values dK leaves as, into p.dk_keysum's slot of these 64
+      // keys (kKeysumSlot: one warpgroup's keys).
+      Tensor dk_rc = make_tensor(tdKrdK.data(), acc_rowcol(tdKrdK.layout()));
+      Tensor dkc_rc = make_tensor(tdKcdK.data(), acc_rowcol(tdKcdK.layout()));
+      constexpr int kCols = decltype(size<1>(dk_rc))::value;
+      double colsum_dk[kCols];
+      double norms = 0.0;
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kCols; ++j) colsum_dk[j] = 0.0;
+      CUTLASS_PRAGMA_UNROLL
+      for (int r = 0; r < kRows; ++r) {
+        const bool ok = n0 + get<0>(dkc_rc(r, 0)) < n_end;
+        float sq = 0.f;
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < kCols; ++j) {
+          const float x = ok ? p.softmax_scale * dk_rc(r, j) : 0.f;
+          sq = fmaf(x, x, sq);
+          colsum_dk[j] += double(x);
+        }
+        const float norm = sqrtf(quad_sum(sq));
+        if ((tid & 3) == 0) norms += double(norm);  // the row's norm, once per quad
+      }
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kCols; ++j)
+        CUTLASS_PRAGMA_UNROLL
+        for (int m = 4; m < 32; m <<= 1)
+          colsum_dk[j] += __shfl_xor_sync(0xffffffffu, colsum_dk[j], m);
+      CUTLASS_PRAGMA_UNROLL
+      for (int m = 1; m < 32; m <<= 1) norms += __shfl_xor_sync(0xffffffffu, norms, m);
+      // Staged in this warpgroup's part of the Q ring (its last GEMM has been waited on; the
+      // producer is done), then summed by the warpgroup's first kHeadDim + 1 threads.
+      constexpr int kRow = kHeadDim + 1;
+      static_assert(Traits::kMmaWGs * 4 * kRow * sizeof(double) <= sizeof(ss.q),
+                    "key sums fit in the Q ring");
+      double* part = reinterpret_cast<double*>(ss.q.data()) + w * 4 * kRow;
+      const int wtid = tid & 127, warp = wtid / 32, lane = tid & 31;
+      __syncwarp();
+      wg_sync(w);  // every warp of the warpgroup is past its last read of the Q ring
+      if (lane < 4) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < kCols; ++j) part[warp * kRow + get<1>(dkc_rc(0, j))] = colsum_dk[j];
+        if (lane == 0) part[warp * kRow + kHeadDim] = norms;
+      }
+      __syncwarp();
+      wg_sync(w);
+      static_assert(kKeysumSlot == 64, "one slot per consumer warpgroup's 64 keys");
+      const int key0 = n0 + kKeysumSlot * w;  // slots past the sequence stay unwritten
+      if (key0 < n_end) {
+        double* out = reinterpret_cast<double*>(p.dk_keysum) +
+                      ((int64_t(b) * p.heads_k + hk) * dk_keysum_slots(p) + key0 / kKeysumSlot) *
+                          kRow;
+        for (int t = wtid; t < kRow; t += 128) {
+          double acc = 0.0;
+          CUTLASS_PRAGMA_UNROLL
+          for (int k = 0; k < 4; ++k) acc += part[k * kRow + t];
+          out[t] = acc;
+        }
+      }
+    }
+  };
+
   // ---------------- epilogue: dK = alpha dK, dV, rows past the end dropped ----------------
-  // (one part of A in dK, kProjectsDk: dK leaves in fp32 only, with its key sums below;
+  // (one part of A in dK, kProjectsDk: dK leaves in fp32 only, then its key sums;
   // dk_project.cuh projects it and rounds it once)
   // (store_dk_dv_epilogue: 16-bit dK and dV through the K and V tiles' shared memory)
   if constexpr (Traits::kDqHere && !kGProj) {
@@ -737,67 +822,19 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     store_dk_dv_epilogue<T, kHeadDim, true>(p, seq, b, hk, n0, n_end, 64 * w, 0, w, tid,
                                             [w] { wg_sync(w); }, mma_kv, tdKrdK, tdVrdV, tdKcdK,
                                             sK, sV);
+    store_dk_keysums();
+    if (p.pair_counters) {
+      // This warpgroup's fp32 dK rows and key sums are written: counted for the key-sum totals
+      // and dK's projection, which wait for their pair's keys (pdl.cuh). (By the producer's
+      // second warp instead, any code there made ptxas spill in the consumers' loop.)
+      wg_sync(w);
+      if ((tid & 127) == 0)
+        counter_add_release(reinterpret_cast<int*>(p.pair_counters) +
+                                (p.batch + b) * p.heads_k + hk,
+                            min(max(n_end - n0 - kKeysumSlot * w, 0), kKeysumSlot));
+    }
   } else {  // (the A/B variants with A in two or three parts)
     store_dk_dv<T, false>(p, seq, b, hk, n0, n_end, tdKrdK, tdVrdV, tdKcdK);
-  }
-  if constexpr (Traits::kProjectsDk) {
-    // This warpgroup's Σ_j dK_j (per column) and Σ_j ||dK_j|| over its 64 keys, in fp64 and a fixed
-    // order (a lane's two keys, the eight lanes that share its columns, the four warps in order),
-    // from exactly the fp32 values written above, into p.dk_keysum's slot of these 64 keys
-    // (kKeysumSlot: one warpgroup's keys).
-    Tensor dk_rc = make_tensor(tdKrdK.data(), acc_rowcol(tdKrdK.layout()));
-    Tensor dkc_rc = make_tensor(tdKcdK.data(), acc_rowcol(tdKcdK.layout()));
-    constexpr int kCols = decltype(size<1>(dk_rc))::value;
-    double colsum_dk[kCols];
-    double norms = 0.0;
-    CUTLASS_PRAGMA_UNROLL
-    for (int j = 0; j < kCols; ++j) colsum_dk[j] = 0.0;
-    CUTLASS_PRAGMA_UNROLL
-    for (int r = 0; r < kRows; ++r) {
-      const bool ok = n0 + get<0>(dkc_rc(r, 0)) < n_end;
-      float sq = 0.f;
-      CUTLASS_PRAGMA_UNROLL
-      for (int j = 0; j < kCols; ++j) {
-        const float x = ok ? p.softmax_scale * dk_rc(r, j) : 0.f;
-        sq = fmaf(x, x, sq);
-        colsum_dk[j] += double(x);
-      }
-      const float norm = sqrtf(quad_sum(sq));
-      if ((tid & 3) == 0) norms += double(norm);  // the row's norm, once per quad
-    }
-    CUTLASS_PRAGMA_UNROLL
-    for (int j = 0; j < kCols; ++j)
-      CUTLASS_PRAGMA_UNROLL
-      for (int m = 4; m < 32; m <<= 1) colsum_dk[j] += __shfl_xor_sync(0xffffffffu, colsum_dk[j], m);
-    CUTLASS_PRAGMA_UNROLL
-    for (int m = 1; m < 32; m <<= 1) norms += __shfl_xor_sync(0xffffffffu, norms, m);
-    // Staged in this warpgroup's part of the Q ring (its last GEMM has been waited on; the
-    // producer is done), then summed by the warpgroup's first kHeadDim + 1 threads.
-    constexpr int kRow = kHeadDim + 1;
-    static_assert(Traits::kMmaWGs * 4 * kRow * sizeof(double) <= sizeof(ss.q), "key sums fit in the Q ring");
-    double* part = reinterpret_cast<double*>(ss.q.data()) + w * 4 * kRow;
-    const int wtid = tid & 127, warp = wtid / 32, lane = tid & 31;
-    __syncwarp();
-    wg_sync(w);  // every warp of the warpgroup is past its last read of the Q ring
-    if (lane < 4) {
-      CUTLASS_PRAGMA_UNROLL
-      for (int j = 0; j < kCols; ++j) part[warp * kRow + get<1>(dkc_rc(0, j))] = colsum_dk[j];
-      if (lane == 0) part[warp * kRow + kHeadDim] = norms;
-    }
-    __syncwarp();
-    wg_sync(w);
-    static_assert(kKeysumSlot == 64, "one slot per consumer warpgroup's 64 keys");
-    const int key0 = n0 + kKeysumSlot * w;  // slots past the sequence stay unwritten
-    if (key0 < n_end) {
-      double* out = reinterpret_cast<double*>(p.dk_keysum) +
-                    ((int64_t(b) * p.heads_k + hk) * dk_keysum_slots(p) + key0 / kKeysumSlot) * kRow;
-      for (int t = wtid; t < kRow; t += 128) {
-        double acc = 0.0;
-        CUTLASS_PRAGMA_UNROLL
-        for (int k = 0; k < 4; ++k) acc += part[k * kRow + t];
-        out[t] = acc;
-      }
-    }
   }
 #endif
 }
@@ -816,7 +853,9 @@ void run_bwd_kv(const AttnParams& p, int total_q, int total_k) {
   dim3 grid;
   if (!slot_grid(prm.p, Traits::kBlockN, total_k, p.heads_k, grid))
     grid = tile_grid(prm.p, tiles, p.heads_k, p.batch);
-  launch_sm90(kernel, grid, Traits::kNumThreads, smem, prm, p, "KV-outer backward (sm90)");
+  launch_sm90(kernel, grid, Traits::kNumThreads, smem, prm, p, "KV-outer backward (sm90)",
+              /*programmatic=*/Traits::kGProj && !Traits::kDqHere && p.pair_counters != 0 &&
+                  bwd_variant() != 12);
 }
 
 }  // namespace sm90

@@ -132,6 +132,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   const SeqBounds seq(p, b);
   const int m0 = m_block * kBlockM;
   if (m0 >= seq.nq) return;  // uniform for the block, before any barrier
+  // (the KV-outer pass may launch once every block has started: it waits for its pairs' rows)
+  if (Traits::kDq && p.pair_counters && threadIdx.x == 0) pdl_launch_dependents();
   const int m_end = min(m0 + kBlockM, seq.nq);
   const int hk = h / (p.heads / p.heads_k);
   const Mask mask(seq.nq, seq.nk, p.window_left, p.window_right, p.diag_shift);
@@ -520,6 +522,17 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       stage_and_store_rows<kHeadDim>(gdq, p.dq_stride[1], m_end - m0, 64 * (wg - 1), 0, wg - 1,
                                      tid, mma_dq, rDQ, sQ);
     }
+  }
+  // This warpgroup's rows of rowstate are written: counted for the KV-outer pass, which waits for
+  // its (sequence, kv head) pair's rows (pdl.cuh). At the end, where only this warp waits for the
+  // stores to land. (By the producer's idle second warp instead, any code there made ptxas spill
+  // in the consumers' key loop.) kDq only: the λ-only pre-pass zero-fills dq_accum for a
+  // KV-outer pass that adds into it by TMA, which is not launched as a dependent.
+  if (Traits::kDq && p.pair_counters) {
+    wg_sync(wg - 1);
+    if ((tid & 127) == 0)
+      counter_add_release(reinterpret_cast<int*>(p.pair_counters) + b * p.heads_k + hk,
+                          min(max(m_end - m0 - 64 * (wg - 1), 0), 64));
   }
 #endif
 }

@@ -16,6 +16,7 @@
 #include "../api/params.h"
 #include "cuda_check.h"
 #include "device.cuh"
+#include "pdl.cuh"
 
 namespace gproj {
 namespace sm90 {
@@ -140,12 +141,15 @@ void set_tma_extents(Prm& prm, const AttnParams& p, int total_q, int total_k) {
 }
 
 // Host: opt the kernel in to its shared memory (done on every launch, so that a kernel first
-// used on a second device is set up too) and launch it on the caller's stream.
+// used on a second device is set up too) and launch it on the caller's stream; `programmatic`:
+// as the programmatic dependent of the stream's previous kernel (pdl.cuh).
 template <class Kernel, class Prm>
 void launch_sm90(Kernel kernel, dim3 grid, int threads, int smem, const Prm& prm,
-                 const AttnParams& p, const char* name) {
+                 const AttnParams& p, const char* name, bool programmatic = false) {
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), name);
-  kernel<<<grid, threads, smem, reinterpret_cast<cudaStream_t>(p.stream)>>>(prm);
+  check_cuda(launch_kernel(kernel, grid, dim3(threads), size_t(smem),
+                           reinterpret_cast<cudaStream_t>(p.stream), programmatic, prm),
+             name);
   check_cuda(cudaGetLastError(), name);
 }
 

@@ -25,8 +25,10 @@
 #include <cuda_runtime.h>
 
 #include "../api/params.h"
+#include "../api/variants.h"
 #include "../common/cuda_check.h"
 #include "../common/device.cuh"
+#include "../common/pdl.cuh"
 #include "../common/tile.cuh"
 
 namespace gproj {
@@ -45,38 +47,69 @@ __host__ __device__ inline int dk_keysum_slots(const AttnParams& p) {
   return dk_keysum_slots(p.seqlen_k);
 }
 
-// Grid: (heads_k, batch). Σ over the sequence's slots of their key sums, in place into slot
-// 0: columns split between kParts threads that sum consecutive runs of slots, eight loads in
-// flight, then the runs added in order.
-template <int D>
-__global__ void __launch_bounds__(512) dk_keysum_total_kernel(const AttnParams p) {
-  constexpr int kCols = D + 1, kParts = 512 / kCols;
-  const int hk = blockIdx.x, b = blockIdx.y;
-  const SeqBounds seq(p, b);
-  double* sums = reinterpret_cast<double*>(p.dk_keysum) +
-                 (int64_t(b) * p.heads_k + hk) * dk_keysum_slots(p) * kCols;
-  const int blocks = dk_keysum_slots(seq.nk);
-  const int per = (blocks + kParts - 1) / kParts;
-  const int t = threadIdx.x % kCols, part = threadIdx.x / kCols;
-  __shared__ double run[kParts][kCols];
-  if (part < kParts) {
-    const int c_begin = part * per, c_end = min(blocks, c_begin + per);
+// Σ over a (sequence, kv head) pair's `slots` key-sum slots (`sums`, kCols = D + 1 doubles each),
+// in place into slot 0, by `nthreads` threads (this one: t): the columns' slots in kKeysumParts<D>
+// runs of consecutive slots, each summed in slot order, then the runs added in order. The order
+// depends on the slot count alone, not on the thread count (the same order as the kernel's
+// before session 21). run: kParts x kCols doubles of shared memory; sync(): a barrier of
+// the nthreads threads.
+template <int D> constexpr int kKeysumParts = 512 / (D + 1);
+template <int D, class Sync>
+__device__ __forceinline__ void keysum_total(double* sums, int slots, int t, int nthreads,
+                                             double* run, Sync sync) {
+  constexpr int kCols = D + 1, kParts = kKeysumParts<D>;
+  const int per = (slots + kParts - 1) / kParts;
+  for (int i = t; i < kParts * kCols; i += nthreads) {
+    const int part = i / kCols, c = i - part * kCols;
+    const int c_begin = part * per, c_end = min(slots, c_begin + per);
     double s = 0.0;
-    for (int c0 = c_begin; c0 < c_end; c0 += 8) {
+    for (int c0 = c_begin; c0 < c_end; c0 += 8) {  // (eight loads in flight, added in order)
       double x[8];
 #pragma unroll
-      for (int u = 0; u < 8; ++u) x[u] = c0 + u < c_end ? sums[int64_t(c0 + u) * kCols + t] : 0.0;
+      for (int u = 0; u < 8; ++u) x[u] = c0 + u < c_end ? sums[int64_t(c0 + u) * kCols + c] : 0.0;
 #pragma unroll
       for (int u = 0; u < 8; ++u) s += x[u];
     }
-    run[part][t] = s;
+    run[part * kCols + c] = s;
   }
-  __syncthreads();
-  if (part == 0 && blocks > 0) {
-    double s = 0.0;
+  sync();
+  if (slots > 0) {
+    for (int c = t; c < kCols; c += nthreads) {
+      double s = 0.0;
 #pragma unroll
-    for (int k = 0; k < kParts; ++k) s += run[k][t];
-    sums[t] = s;
+      for (int k = 0; k < kParts; ++k) s += run[k * kCols + c];
+      sums[c] = s;
+    }
+  }
+}
+
+// Grid: (heads_k, batch). keysum_total of each pair. With AttnParams::pair_counters launched
+// under the KV-outer pass's last wave (pdl.cuh): each block waits for its pair's keys (nk), and
+// counts one more once its total is in slot 0 (what dK's projection waits for).
+template <int D>
+__global__ void __launch_bounds__(512) dk_keysum_total_kernel(const AttnParams p) {
+  constexpr int kCols = D + 1;
+  const int hk = blockIdx.x, b = blockIdx.y;
+  const SeqBounds seq(p, b);
+  int* counter = p.pair_counters ? reinterpret_cast<int*>(p.pair_counters) +
+                                       (int64_t(p.batch) + b) * p.heads_k + hk
+                                 : nullptr;
+  if (counter) {
+    if (threadIdx.x == 0) {
+      pdl_launch_dependents();  // (dK's projection waits for each pair's total)
+      counter_wait_acquire(counter, seq.nk);
+    }
+    __syncthreads();
+  }
+  double* sums = reinterpret_cast<double*>(p.dk_keysum) +
+                 (int64_t(b) * p.heads_k + hk) * dk_keysum_slots(p) * kCols;
+  __shared__ double run[kKeysumParts<D> * kCols];
+  keysum_total<D>(sums, dk_keysum_slots(seq.nk), int(threadIdx.x), int(blockDim.x), run,
+                  [] { __syncthreads(); });
+  if (counter) {
+    __syncthreads();  // every thread's part of the total is written
+    if (threadIdx.x == 0) counter_add_release(counter, 1);
+    pdl_wait_primary_in_last_block(threadIdx.x == 0);  // (ends after its primary)
   }
 }
 
@@ -93,7 +126,18 @@ __global__ void __launch_bounds__(32 * kProjectWarps) dk_project_kernel(const At
   const GridTile gt = block_tile(p, p.cu_seqlens_k, p.heads_k);
   const int chunk = gt.tile, hk = gt.head, b = gt.batch;
   const SeqBounds seq(p, b);
-  if (chunk * kProjectRows >= seq.nk) return;  // uniform for the block
+  if (chunk * kProjectRows >= seq.nk) {  // uniform for the block
+    if (p.pair_counters) pdl_wait_primary_in_last_block(threadIdx.x == 0);  // (as at the end)
+    return;
+  }
+  // Launched under the key-sum totals' (pair_counters): the pair's keys all written and its
+  // total in slot 0 (the count reaches nk + 1).
+  if (p.pair_counters) {
+    if (threadIdx.x == 0)
+      counter_wait_acquire(reinterpret_cast<const int*>(p.pair_counters) +
+                               (int64_t(p.batch) + b) * p.heads_k + hk, seq.nk + 1);
+    __syncthreads();
+  }
   __shared__ double total[D + 1];               // Σ_j dK_j, then Σ_j ||dK_j||
   const double* sums = reinterpret_cast<const double*>(p.dk_keysum) +
                        (int64_t(b) * p.heads_k + hk) * dk_keysum_slots(p) * (D + 1);
@@ -146,6 +190,7 @@ __global__ void __launch_bounds__(32 * kProjectWarps) dk_project_kernel(const At
       }
     }
   }
+  if (p.pair_counters) pdl_wait_primary_in_last_block(threadIdx.x == 0);  // (after its primary)
 }
 
 // After the KV-outer pass (its epilogue wrote p.dk_unprojected and the key sums).
@@ -156,10 +201,14 @@ void launch_dk_project(const AttnParams& p) {
   if (grid.x == 0) return;
   slot_grid(q, kProjectRows, p.total_k, p.heads_k, grid);  // (varlen)
   auto stream = reinterpret_cast<cudaStream_t>(p.stream);
-  dk_keysum_total_kernel<D><<<dim3(p.heads_k, p.batch), 512, 0, stream>>>(p);
-  check_cuda(cudaGetLastError(), "backward dK key sums");
-  dk_project_kernel<T, D><<<grid, 32 * kProjectWarps, 0, stream>>>(q);
-  check_cuda(cudaGetLastError(), "backward dK projection");
+  // pair_counters: each kernel the programmatic dependent of the previous one (pdl.cuh)
+  const bool programmatic = p.pair_counters != 0 && bwd_variant() != 12;
+  check_cuda(launch_kernel(dk_keysum_total_kernel<D>, dim3(p.heads_k, p.batch), dim3(512), 0,
+                           stream, programmatic, p),
+             "backward dK key sums");
+  check_cuda(launch_kernel(dk_project_kernel<T, D>, grid, dim3(32 * kProjectWarps), 0, stream,
+                           programmatic, q),
+             "backward dK projection");
 }
 
 }  // namespace gproj

@@ -1,0 +1,79 @@
+// Programmatic dependent launch (PDL: CUDA programming guide 4.5, PTX `griddepcontrol`) and the
+// per-(sequence, kv head) completion counters that let a pass start under its predecessor's last
+// wave.
+//
+// Why: every d = 64 pass of the gproj backward is 4096 equal blocks at B·N = 16k (31.03 waves on
+// 132 SMs), so the last blocks of one pass run while the other SMs wait for the next pass: ~3% of
+// each pass (bench/NOTES.md session 20). A dependent grid is launched once every block of its
+// primary has executed `griddepcontrol.launch_dependents` (the primary does so as it starts), so
+// its blocks take the SMs the primary frees. `griddepcontrol.wait` would then hold them until the
+// whole primary has ended, which is the wave gap again; instead each dependent block waits only
+// for the rows it reads, counted per (sequence, kv head) by the primary's blocks as they finish.
+// The blocks run pair after pair (tile_grid), so the dependent's first blocks read pairs the
+// primary finished long before. No deadlock: by the time any dependent block runs, every block
+// of the primary is resident or done.
+#pragma once
+#include <cuda_runtime.h>
+
+namespace gproj {
+
+// Primary: lets the dependent grid launch once every block of this grid has called it (or ended).
+// A no-op when the grid has no programmatic dependent.
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Dependent: waits until the primary grid has ended and its memory operations are visible. Called
+// by one thread of the grid's last block before it ends, so the dependent grid never ends before
+// its primary: the stream's later work, which waits for this grid, then also follows the primary.
+// One thread of the last block (the last to start, when the primary is most likely done): a
+// block that waited would hold its SM idle until the primary's end. (Returns at once without a
+// programmatic primary.)
+__device__ __forceinline__ void pdl_wait_primary_in_last_block(bool leader) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  if (leader && blockIdx.x == gridDim.x - 1 && blockIdx.y == gridDim.y - 1 &&
+      blockIdx.z == gridDim.z - 1)
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Primary: adds `n` to a completion counter once the caller's writes, and those of every thread
+// that passed a barrier with it before, are visible at GPU scope (the fence makes the counter's
+// update a release of all of them).
+__device__ __forceinline__ void counter_add_release(int* counter, int n) {
+  __threadfence();
+  asm volatile("red.relaxed.gpu.global.add.s32 [%0], %1;" ::"l"(counter), "r"(n) : "memory");
+}
+
+// Dependent: spins until the counter reaches `target`; acquire, so the caller's later loads see
+// what the adding threads wrote before.
+__device__ __forceinline__ void counter_wait_acquire(const int* counter, int target) {
+  int v;
+  while (true) {
+    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(counter) : "memory");
+    if (v >= target) break;
+    __nanosleep(500);
+  }
+}
+
+// Host: launches `kernel` on `stream`; `programmatic`: as the programmatic dependent of the
+// stream's previous kernel.
+template <class Kernel, class... Args>
+inline cudaError_t launch_kernel(Kernel kernel, dim3 grid, dim3 block, size_t smem,
+                                 cudaStream_t stream, bool programmatic, Args const&... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attr;
+  config.numAttrs = programmatic ? 1 : 0;
+  return cudaLaunchKernelEx(&config, kernel, args...);
+}
+
+}  // namespace gproj

@@ -322,12 +322,11 @@ def backward_cuda(dout, q, k, v, out, stats, cu_q, cu_k, max_q, max_k, scale, wl
             keysum = torch.empty(p.batch * p.heads_k * slots * (p.head_dim + 1),
                                  dtype=torch.float64, device=q.device)
             p.dk_keysum = keysum.data_ptr()
-        if numerics == "gproj" and q.shape[-1] != 256:
-            # two per (sequence, kv head): the rows and keys each pass has finished, which the
-            # next pass, started under its last wave, waits for (csrc/api/params.h,
-            # csrc/common/pdl.cuh); the launch zeroes them
-            counters = torch.empty(2 * p.batch * p.heads_k, dtype=torch.int32, device=q.device)
-            p.pair_counters = counters.data_ptr()
+        # two per (sequence, kv head): the rows and keys each pass has finished, which the next
+        # pass, started under its last wave, waits for (csrc/api/params.h, csrc/common/pdl.cuh);
+        # the launch zeroes them
+        counters = torch.empty(2 * p.batch * p.heads_k, dtype=torch.int32, device=q.device)
+        p.pair_counters = counters.data_ptr()
         p.backward_passes = 8
         _ext.extension().backward(p)
         return dq, dk, dv

@@ -212,15 +212,21 @@ def test_hopper_gproj_backward_is_bitwise_reproducible(d, monkeypatch):
         assert torch.equal(x, y)
 
 
+@pytest.mark.parametrize("numerics", ["gproj", "fa3"])
 @pytest.mark.parametrize("case", ["dense", "causal", "gqa-causal", "varlen", "window"])
-@pytest.mark.parametrize("d", [64, 128])
-def test_hopper_gproj_kv_pass_under_qouter_tail(case, d, monkeypatch):
-    """The gproj KV-outer pass launched under the λ + dQ pass's last waves, its blocks waiting
-    for their (sequence, kv head) pair's rowstate, and dK's projection under the KV-outer pass's,
-    waiting for the pair's keys and key-sum total (csrc/common/pdl.cuh), give bitwise the
-    gradients of the same passes run one after the other (GPROJ_BWD_VARIANT=11), and the same on
-    a second run. Grids of several waves (512-1024 blocks per pass), so that a pass's blocks do
-    start while the previous one still runs; a lost or early count would read rowstate or key
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_hopper_backward_passes_under_predecessor_tail(case, d, numerics, monkeypatch):
+    """Each pass of the Hopper backward launched under its predecessor's last waves, its blocks
+    waiting for their (sequence, kv head) pair's counts (csrc/common/pdl.cuh): gproj's KV-outer
+    pass for the λ (+ dQ) pass's rowstate (and at d = 256 dq_accum's zeros), dK's projection for
+    the pair's keys and key-sum total, and at d = 256 dQ's rounding for every key's dQ; fa3
+    mode's KV-outer pass for delta_kernel's delta and dq_accum zeros, and dQ's rounding for every
+    key's dQ reduce-adds. They give the gradients of the same passes run one after the other
+    (GPROJ_BWD_VARIANT=11), on two runs: bitwise, but dQ where it is summed by reduce-adds (fa3
+    mode, gproj at d = 256), which land in a varying order (within fp32 reordering, far below one
+    missing or doubled key tile).
+    Grids of several waves (512-1024 blocks per pass), so that a pass's blocks do start while
+    the previous one still runs; a lost or early count would read rowstate, zeros, dQ or key
     sums still being written (garbage) or hang (the test's timeout)."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("needs a Hopper GPU")
@@ -236,14 +242,16 @@ def test_hopper_gproj_kv_pass_under_qouter_tail(case, d, monkeypatch):
                        for i in range(4))
         q, k, v = (t.requires_grad_() for t in (q, k, v))
         def grads():
-            o = gproj_cuda.attention_varlen(q, k, v, cu, cu, max(lens), max(lens), causal=True)
+            o = gproj_cuda.attention_varlen(q, k, v, cu, cu, max(lens), max(lens), causal=True,
+                                            numerics=numerics)
             return torch.autograd.grad(o, (q, k, v), do)
     else:
         q, do = rand(2, 2048, h, d, g=g), rand(2, 2048, h, d, g=g)
         k, v = rand(2, 2048, hk, d, g=g) + 1, rand(2, 2048, hk, d, g=g)
         q, k, v = (t.requires_grad_() for t in (q, k, v))
         def grads():
-            o = gproj_cuda.attention(q, k, v, causal=causal, window_size=window)
+            o = gproj_cuda.attention(q, k, v, causal=causal, window_size=window,
+                                     numerics=numerics)
             return torch.autograd.grad(o, (q, k, v), do)
     monkeypatch.setenv("GPROJ_BWD_VARIANT", "11")
     base = grads()
@@ -253,7 +261,14 @@ def test_hopper_gproj_kv_pass_under_qouter_tail(case, d, monkeypatch):
         torch.cuda.synchronize()
         for name, x, y in zip("qkv", got, base):
             assert torch.isfinite(x).all(), name
-            assert torch.equal(x, y), (name, (x.float() - y.float()).abs().max().item())
+            if name == "q" and (numerics == "fa3" or d == 256):
+                # one bf16 ulp where the fp32 sum's order flips a rounding, nothing larger
+                err = (x.float() - y.float()).abs()
+                bound = 2.0 ** -7 * y.float().abs() + 1e-4 * y.float().abs().max()
+                assert (err <= bound).all(), (name, err.max().item())
+                assert row_rel_err(x, y) < 1e-3, name
+            else:
+                assert torch.equal(x, y), (name, (x.float() - y.float()).abs().max().item())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -926,14 +941,14 @@ def check_hopper_backward(q, k, v, do, numerics, causal, window, monkeypatch):
                          ids=["full", "causal", "window"])
 @pytest.mark.parametrize("shape", [(2, 257, 300, 4, 2), (1, 1000, 1000, 2, 2), (3, 64, 17, 8, 1)],
                          ids=["gqa", "square", "mqa"])
-@pytest.mark.parametrize("variant", ["0", "3", "4", "5", "6", "7", "8", "9", "10", "11"],
+@pytest.mark.parametrize("variant", ["0", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12"],
                          ids=["default", "three-parts", "dq-in-kv", "kv-3wg", "two-parts",
                               "qouter-64keys", "qouter-128keys", "kv-64rows", "kv-96rows",
-                              "kv-after-qouter"])
+                              "passes-in-turn", "counted-in-turn"])
 @pytest.mark.parametrize("d", [64, 128])
 def test_hopper_kv_backward(numerics, dtype, causal, window, shape, variant, d, monkeypatch):
     """The Hopper backward (csrc/backward/bwd_kv_sm90.cuh, bwd_lambda_sm90.cuh, d=64/128;
-    GPROJ_BWD_VARIANT 0 and 3-11) against the float64 reference (within 1.5x the emulator's error)
+    GPROJ_BWD_VARIANT 0 and 3-12) against the float64 reference (within 1.5x the emulator's error)
     and the mma.sync passes. Query head 0 and kv head 0 carry an offset of 6: the centering
     removes a coordinate's shift c only where every value lies in [c/2, 2c] = [3, 12], which
     N(0,1) + 6 over a few hundred rows rarely does, so most coordinates keep it; a form that

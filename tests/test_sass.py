@@ -44,7 +44,9 @@ KNOWN_SPILLING_VARIANTS = (
 # fewer rows and no spill (bench/NOTES.md, session 11): fa3 mode 4-11% against 64 rows
 # (GPROJ_BWD_VARIANT=9), gproj 1.3-5.6% against 96 (GPROJ_BWD_VARIANT=10); session 12's block
 # coordinates (grid_tile) add 8 bytes to each, and session 21's wait for the λ pass's rows
-# (csrc/common/pdl.cuh) 4 more to gproj's (24-byte stack, 7 local loads and 6 stores). A third since
+# (csrc/common/pdl.cuh) 4 more to gproj's (24-byte stack, 7 local loads and 6 stores); session
+# 22's waits and counts in fa3 mode's (delta's rows, dQ's keys) take it from 15 local loads and
+# 12 stores to 25 and 14 (40-byte stack), 2 more loads per key tile in the loop. A third since
 # session 12: fa3 mode's d = 128 pass, whose producer warpgroup also holds the dQ writer warp within
 # its 24 registers; the producer warpgroup spills 16 bytes (~6 local loads per query tile, L1 hits,
 # off the consumers' path; 28 bytes since session 18's two dQ staging buffers, the writer's loop

@@ -57,12 +57,14 @@ struct AttnParams {
   // mask (query tiles handed out dynamically; the launch zeroes it on its stream first). 0: tiles
   // are dealt round robin.
   uint64_t tile_counter = 0;
-  // Hopper gproj backward at d = 64 / 128, optional: int32 scratch, two per (sequence, kv head),
-  // zeroed by the launch. [pair]: the query rows whose rowstate the λ + dQ pass has written,
-  // summed over the kv head's query heads; [pairs + pair]: the keys whose fp32 dK and key sums
-  // the KV-outer pass has written, + 1 once the pair's key-sum total is in slot 0. With it each
-  // pass is launched as the previous one's programmatic dependent and starts under its last wave,
-  // every block once its pair's count is complete (csrc/common/pdl.cuh). 0: one after the other.
+  // Hopper backward, optional: int32 scratch, two per (sequence, kv head), zeroed by the launch.
+  // [pair]: the query rows whose rowstate the λ (+ dQ) pass (gproj) or delta_kernel (fa3 mode)
+  // has written, and dq_accum's zeros where there is one, summed over the kv head's query heads;
+  // [pairs + pair]: the keys whose outputs the KV-outer pass has finished: fp32 dK and key sums
+  // (gproj; + 1 once the pair's key-sum total is in slot 0), dQ's reduce-adds (fa3 mode, and
+  // gproj at d = 256). With it each pass is launched as the previous one's programmatic dependent and
+  // starts under its last wave, every block once its pair's count is complete
+  // (csrc/common/pdl.cuh). 0: one after the other.
   uint64_t pair_counters = 0;
 
   // ---- strides in elements: {batch, row, head} ------------------------------------------

@@ -41,13 +41,29 @@ inline void launch(Kernel kernel, dim3 grid, int threads, int smem, const AttnPa
 inline unsigned ceil_div(int a, int b) { return unsigned((a + b - 1) / b); }
 
 template <typename T, int D>
-void hopper_backward(const AttnParams& p) {
-  if (p.numerics != int(Numerics::kGProj)) {
+void hopper_backward(const AttnParams& p_in) {
+  const int variant = bwd_variant();
+  const bool gproj = p_in.numerics == int(Numerics::kGProj);
+  // Each pass starts under its predecessor's last wave (pdl.cuh), every block waiting only for
+  // its (sequence, kv head) pair's counts in pair_counters: the KV-outer pass under the pass that
+  // writes rowstate (gproj: the λ + dQ pass, at d = 256 the λ pre-pass; fa3 mode: delta_kernel),
+  // dK's key-sum totals and projection under the KV-outer pass, and dQ's rounding (fa3 mode, and
+  // gproj at d = 256) after every key's dQ. Variant 11: one after the other; gproj's variant 4
+  // at d = 64 / 128 (the λ-only pre-pass, dQ by bulk reduce-adds) counts nothing. Measured:
+  // NOTES.md sessions 21 and 22.
+  AttnParams p = p_in;
+  if (variant == 11 || (gproj && variant == 4 && D != 256)) p.pair_counters = 0;
+  if (p.pair_counters)
+    check_cuda(cudaMemsetAsync(reinterpret_cast<void*>(p.pair_counters), 0,
+                               2 * sizeof(int) * size_t(p.batch) * size_t(p.heads_k),
+                               reinterpret_cast<cudaStream_t>(p.stream)),
+               "zeroing pair_counters");
+  if (!gproj) {
     launch_delta<T, D>(p);
     if constexpr (D == 256) {  // dK, dV rows too wide for one warpgroup: the head dim split
       sm90::run_bwd_kv_split<T, D, false>(p, p.total_q, p.total_k);
     } else if constexpr (D == 64) {  // 128 x 128 tiles (FlashAttention-3's at d = 64);
-      if (bwd_variant() == 9) {       // variant 9: 64-row query tiles (the default until session 11)
+      if (variant == 9) {             // variant 9: 64-row query tiles (the default until session 11)
         sm90::run_bwd_kv<T, D, false>(p, p.total_q, p.total_k);
       } else {
         sm90::run_bwd_kv<T, D, false, 3, true, 2, 128>(p, p.total_q, p.total_k);
@@ -63,77 +79,63 @@ void hopper_backward(const AttnParams& p) {
     // d = 256: the λ pre-pass (delta, lambda), then the head-dim-split KV-outer pass with dQ
     // there (A in two parts for dQ; bwd_kv_split_sm90.cuh), dQ rounded from dq_accum. dK from
     // A's high part, then projected; variants 3, 4 and 6 (hopper_bwd_projects_dk: false): from
-    // both parts. (Its passes count nothing in pair_counters: one after the other.)
-    AttnParams p256 = p;
-    p256.pair_counters = 0;
-    if (bwd_variant() == 7) {  // 32-key tiles in two stages (A/B; the default until session 10)
-      sm90::run_lambda_prepass<T, D, false, 32, 2>(p256, p256.total_q, p256.total_k);
+    // both parts.
+    if (variant == 7) {  // 32-key tiles in two stages (A/B; the default until session 10)
+      sm90::run_lambda_prepass<T, D, false, 32, 2>(p, p.total_q, p.total_k);
     } else {
-      sm90::run_lambda_prepass<T, D, false>(p256, p256.total_q, p256.total_k);
+      sm90::run_lambda_prepass<T, D, false>(p, p.total_q, p.total_k);
     }
-    if (hopper_bwd_projects_dk(p256)) {
-      sm90::run_bwd_kv_split<T, D, true, 1>(p256, p256.total_q, p256.total_k);
-      launch_dk_project<T, D>(p256);
+    if (hopper_bwd_projects_dk(p)) {
+      sm90::run_bwd_kv_split<T, D, true, 1>(p, p.total_q, p.total_k);
+      launch_dk_project<T, D>(p);
     } else {
-      sm90::run_bwd_kv_split<T, D, true, 2>(p256, p256.total_q, p256.total_k);
+      sm90::run_bwd_kv_split<T, D, true, 2>(p, p.total_q, p.total_k);
     }
-    launch_dq_finish<T, D>(p256);
+    launch_dq_finish<T, D>(p);
   } else if constexpr (std::is_same<T, bf16>::value) {
     // The KV-outer pass with A in one part: two consumer warpgroups (A from the fp32 P and dS)
     // at every head dim; at d = 64 they measured 2-4% faster over the whole backward than three
     // (192-key blocks, rounded A: variant 5) at N = 2k-16k, causal or not (NOTES.md session 8).
     // The two- and three-part forms (variants 3 and 6) keep three at d = 64, as measured.
     constexpr int kPartsWGs = D == 64 ? 3 : 2;
-    const int variant = bwd_variant();
     if (variant == 4) {  // the session-4 design: λ only, dQ in the KV-outer pass
       sm90::run_lambda_prepass<T, D, false>(p, p.total_q, p.total_k);
       sm90::run_bwd_kv<T, D, true, 2, true>(p, p.total_q, p.total_k);
       launch_dq_finish<T, D>(p);
       return;
     }
-    // The KV-outer pass starts under the λ + dQ pass's last wave, its blocks waiting for their
-    // pairs' rowstate, and dK's projection under the KV-outer pass's, waiting for their pairs'
-    // key sums (pdl.cuh; variant 11: one after the other; the λ-only pre-pass of variant 4 and
-    // d = 256 count nothing). Measured: NOTES.md session 21.
-    AttnParams pq = p;
-    if (variant == 11) pq.pair_counters = 0;
-    if (pq.pair_counters)
-      check_cuda(cudaMemsetAsync(reinterpret_cast<void*>(pq.pair_counters), 0,
-                                 2 * sizeof(int) * size_t(pq.batch) * size_t(pq.heads_k),
-                                 reinterpret_cast<cudaStream_t>(pq.stream)),
-                 "zeroing pair_counters");
     // delta, lambda, dQ; at d = 64 variants 7 and 8 run 64- and 128-key tiles instead of 96
     if constexpr (D == 64) {
       if (variant == 7) {
-        sm90::run_lambda_prepass<T, D, true, 64, 3>(pq, pq.total_q, pq.total_k);
+        sm90::run_lambda_prepass<T, D, true, 64, 3>(p, p.total_q, p.total_k);
       } else if (variant == 8) {
-        sm90::run_lambda_prepass<T, D, true, 128, 2>(pq, pq.total_q, pq.total_k);
+        sm90::run_lambda_prepass<T, D, true, 128, 2>(p, p.total_q, p.total_k);
       } else {
-        sm90::run_lambda_prepass<T, D, true>(pq, pq.total_q, pq.total_k);
+        sm90::run_lambda_prepass<T, D, true>(p, p.total_q, p.total_k);
       }
     } else {
-      sm90::run_lambda_prepass<T, D, true>(pq, pq.total_q, pq.total_k);
+      sm90::run_lambda_prepass<T, D, true>(p, p.total_q, p.total_k);
     }
     if (variant == 3) {         // A in three rounded parts
-      sm90::run_bwd_kv<T, D, true, 3, false, kPartsWGs>(pq, pq.total_q, pq.total_k);
+      sm90::run_bwd_kv<T, D, true, 3, false, kPartsWGs>(p, p.total_q, p.total_k);
     } else if (variant == 6) {  // A in two rounded parts
-      sm90::run_bwd_kv<T, D, true, 2, false, kPartsWGs>(pq, pq.total_q, pq.total_k);
+      sm90::run_bwd_kv<T, D, true, 2, false, kPartsWGs>(p, p.total_q, p.total_k);
     } else {                    // A in one part, then dK projected
       if constexpr (D == 64) {
         if (variant == 5) {         // three consumer warpgroups, rounded A (the default until
-          sm90::run_bwd_kv<T, D, true, 1, false, 3>(pq, pq.total_q, pq.total_k);  // session 8)
+          sm90::run_bwd_kv<T, D, true, 1, false, 3>(p, p.total_q, p.total_k);  // session 8)
         } else if (variant == 9) {  // 64-row query tiles, as at d = 128
-          sm90::run_bwd_kv<T, D, true, 1, false, 2>(pq, pq.total_q, pq.total_k);
+          sm90::run_bwd_kv<T, D, true, 1, false, 2>(p, p.total_q, p.total_k);
         } else if (variant == 10) {  // 96-row query tiles (the default until session 11)
-          sm90::run_bwd_kv<T, D, true, 1, false, 2, 96>(pq, pq.total_q, pq.total_k);
+          sm90::run_bwd_kv<T, D, true, 1, false, 2, 96>(p, p.total_q, p.total_k);
         } else {  // 128-row query tiles, as fa3 mode's here: the whole backward 1.3-5.6% faster
                   // than with 96 at N = 2k-16k, causal or not (NOTES.md session 11)
-          sm90::run_bwd_kv<T, D, true, 1, false, 2, 128>(pq, pq.total_q, pq.total_k);
+          sm90::run_bwd_kv<T, D, true, 1, false, 2, 128>(p, p.total_q, p.total_k);
         }
       } else {
-        sm90::run_bwd_kv<T, D, true, 1, false, 2>(pq, pq.total_q, pq.total_k);
+        sm90::run_bwd_kv<T, D, true, 1, false, 2>(p, p.total_q, p.total_k);
       }
-      launch_dk_project<T, D>(pq);
+      launch_dk_project<T, D>(p);
     }
   }
 }

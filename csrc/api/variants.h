@@ -93,9 +93,9 @@ inline int fwd_ab() {
 //      the default until session 8; fa3 mode: until session 11);
 //  10: the default with 96-row query tiles in the d = 64 gproj KV-outer pass instead of 128 (the
 //      default until session 11);
-//  11: the default with the gproj KV-outer pass launched after the Q-outer pass has ended, not as
-//      its programmatic dependent under its last wave (AttnParams::pair_counters; the default
-//      until session 21);
+//  11: the default with each pass at d = 64 / 128 launched after the previous one has ended, not
+//      as its programmatic dependent under its last wave (AttnParams::pair_counters; the default
+//      until session 21 in gproj, until session 22 in fa3 mode);
 //  12: the default's counts and waits, but each pass launched after the previous one has ended
 //      (what the counting costs without the overlap).
 inline int bwd_variant() {

@@ -76,6 +76,12 @@ struct BwdKvTraits {
   // warpgroups (160 registers) the fp32 values live that long spilled 56 bytes, so there A is
   // still formed from the rounded values.
   static constexpr bool kAFromFp32 = kProjectsDk && !kDqHere_ && kMmaWGs_ == 2;
+  // Where p.pair_counters is set (pdl.cuh): launched as the programmatic dependent of the pass
+  // that writes rowstate (gproj: the λ + dQ pass; fa3 mode: delta_kernel, which also zero-fills
+  // dq_accum), and, fa3 mode, counting the keys whose dQ is added, for dq_finish_kernel. (gproj
+  // with dQ here, variant 4, neither: its λ-only pre-pass counts nothing at d = 64 / 128.)
+  static constexpr bool kWaitsForRows = kGProj_ ? !kDqHere_ : kDqHere_;
+  static constexpr bool kCountsDqKeys = !kGProj_ && kDqHere_;
   using Element = typename CuteElement<T_>::type;
   // With no dS~ / dQ buffers the shared memory holds a third Q / dO / Q' stage (two measured the
   // same, within 2%: NOTES.md session 6).
@@ -223,8 +229,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   using Element = typename Traits::Element;
   using T = typename Traits::T;
   constexpr bool kGProj = Traits::kGProj;
-  // launched as the λ + dQ pass's programmatic dependent where p.pair_counters is set (pdl.cuh)
-  constexpr bool kWaitsForLambda = kGProj && !Traits::kDqHere;
+  constexpr bool kWaitsForRows = Traits::kWaitsForRows, kCountsDqKeys = Traits::kCountsDqKeys;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
   using Pipeline = typename Traits::Pipeline;
   using PipelineState = typename Traits::PipelineState;
@@ -239,7 +244,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   const SeqBounds seq(p, b);
   const int n0 = n_block * kBlockN;
   if (n0 >= seq.nk) {  // uniform for the block, before any barrier
-    if (kWaitsForLambda && p.pair_counters) pdl_wait_primary_in_last_block(threadIdx.x == 0);
+    if (kWaitsForRows && p.pair_counters) pdl_wait_primary_in_last_block(threadIdx.x == 0);
     return;
   }
   const int n_end = min(n0 + kBlockN, seq.nk);
@@ -261,8 +266,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   auto& ss = *reinterpret_cast<typename Traits::SharedStorage*>(smem_raw);
   const int wg = cutlass::canonical_warp_group_idx();
   if (threadIdx.x == 0) {
-    // (dK's projection may launch once every block has started: it waits for its pairs' keys)
-    if (Traits::kProjectsDk && p.pair_counters) pdl_launch_dependents();
+    // (dK's projection or dQ's rounding may launch once every block has started: they wait for
+    // their pairs' keys)
+    if ((Traits::kProjectsDk || kCountsDqKeys) && p.pair_counters) pdl_launch_dependents();
     cute::prefetch_tma_descriptor(prm.tma_q.get_tma_descriptor());
     cute::prefetch_tma_descriptor(prm.tma_do.get_tma_descriptor());
     if constexpr (kGProj) cute::prefetch_tma_descriptor(prm.tma_qc.get_tma_descriptor());
@@ -299,8 +305,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   Tensor sPT = make_tensor(make_smem_ptr(pt_ptr), typename Traits::SmemLayoutDS{});
   const int bq = p.cu_seqlens_q ? 0 : b;
   // A programmatic dependent ends after its primary: its last block waits for it, by a thread
-  // with nothing else to do (the grid's last block starts when the primary is all but done).
-  if (kWaitsForLambda && p.pair_counters) pdl_wait_primary_in_last_block(threadIdx.x == 32);
+  // with nothing else to do (the grid's last block starts when the primary is all but done; warp
+  // 1 is the dQ writer where there is one).
+  if (kWaitsForRows && p.pair_counters)
+    pdl_wait_primary_in_last_block(threadIdx.x == (Traits::kDqHere ? 64 : 32));
 
   if (wg == 0) {
     // ---------------- producer: K, V once; Q, dO (Q') per query tile ----------------
@@ -324,8 +332,19 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       // for the item after this one; the first two items' buffers start free.
       static_assert(Traits::kMmaWGs == 2, "the dQ writer serves two consumer warpgroups");
       constexpr int kSub = Traits::kDqSubTiles, kHalf = Traits::kDqHalf;
+      const bool leader = threadIdx.x == 32;
       if (threadIdx.x / 32 == 1 && n_items > 0) {
-        const bool leader = threadIdx.x == 32;
+        // (pair_counters: dq_accum's zeros, by delta_kernel's generic stores, before the first
+        // reduce-add; the consumers' rowstate wait has long passed by the first staged tile. The
+        // whole warp waits: the staging barriers below are warp-aligned, and a warp whose leader
+        // still spun while its other lanes arrived would be counted there twice: session 22's
+        // first form, which hung.)
+        if (kWaitsForRows && p.pair_counters) {
+          counter_wait_acquire(reinterpret_cast<const int*>(p.pair_counters) + b * p.heads_k + hk,
+                               seq.nq * (p.heads / p.heads_k));
+          generic_to_async_proxy_fence();
+          __syncwarp();
+        }
         constexpr int kBuffers = Traits::kDqBuffers;
         if constexpr (kBuffers == 1) {
           dq_free_arrive(0);
@@ -370,6 +389,15 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         }
         // (two buffers: the last item's reads, before the block's shared memory goes away)
         if (kBuffers == 2 && leader) cute::tma_store_wait<0>();
+      }
+      // pair_counters: this block's keys have added all their dQ (also a block without items),
+      // counted for dq_finish_kernel once the reduce-adds have landed (waiting for them measured
+      // cheaper than dq_finish after the pass: bench/NOTES.md session 22)
+      if (kCountsDqKeys && p.pair_counters && leader) {
+        bulk_writes_complete();
+        counter_add_release(reinterpret_cast<int*>(p.pair_counters) +
+                                (p.batch + b) * p.heads_k + hk,
+                            n_end - n0);
       }
     }
     return;
@@ -460,10 +488,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   };
 
   if (n_items > 0) {
-    // Launched under the Q-outer pass's last wave (pdl.cuh): the lanes that fetch rowstate first
-    // wait until that pass has counted all of this pair's rows (seq.nq for each of the kv head's
-    // query heads). The producer's K / V / Q / dO loads read nothing of it and go ahead.
-    if constexpr (kWaitsForLambda) {
+    // Launched under the last wave of the pass that writes rowstate (pdl.cuh): the lanes that
+    // fetch it first wait until that pass has counted all of this pair's rows (seq.nq for each
+    // of the kv head's query heads). The producer's K / V / Q / dO loads read nothing of it and
+    // go ahead.
+    if constexpr (kWaitsForRows) {
       if (p.pair_counters && row_lane)
         counter_wait_acquire(reinterpret_cast<const int*>(p.pair_counters) + b * p.heads_k + hk,
                              seq.nq * (p.heads / p.heads_k));
@@ -854,7 +883,7 @@ void run_bwd_kv(const AttnParams& p, int total_q, int total_k) {
   if (!slot_grid(prm.p, Traits::kBlockN, total_k, p.heads_k, grid))
     grid = tile_grid(prm.p, tiles, p.heads_k, p.batch);
   launch_sm90(kernel, grid, Traits::kNumThreads, smem, prm, p, "KV-outer backward (sm90)",
-              /*programmatic=*/Traits::kGProj && !Traits::kDqHere && p.pair_counters != 0 &&
+              /*programmatic=*/Traits::kWaitsForRows && p.pair_counters != 0 &&
                   bwd_variant() != 12);
 }
 

@@ -34,8 +34,13 @@
 // (Q' is made in place from the stage's Q). So the dQ tile goes to global memory by vector
 // reductions from registers (no staging buffer for a bulk reduce-add, as bwd_kv_sm90.cuh has);
 // their order varies: not bitwise reproducible (deterministic=True takes the mma.sync passes).
+// With AttnParams::pair_counters (pdl.cuh) it is the programmatic dependent of the pass that
+// writes rowstate and zero-fills dq_accum (delta_kernel, the λ pre-pass), each block waiting for
+// its (sequence, kv head) pair's rows, and counts its keys once its dQ, dK and key sums are all
+// written, for what follows (dK's key-sum totals and projection, dQ's rounding).
 #pragma once
 
+#include "../api/variants.h"
 #include "../backward/bwd_common.cuh"
 #include "../common/sm90.cuh"
 #include "../common/tile.cuh"
@@ -169,7 +174,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   const int n_block = gt.tile, hk = gt.head, b = gt.batch;
   const SeqBounds seq(p, b);
   const int n0 = n_block * kBlockN;
-  if (n0 >= seq.nk) return;  // uniform for the block, before any barrier
+  if (n0 >= seq.nk) {  // uniform for the block, before any barrier
+    if (p.pair_counters) pdl_wait_primary_in_last_block(threadIdx.x == 0);
+    return;
+  }
   const int n_end = min(n0 + kBlockN, seq.nk);
   const Mask mask(seq.nq, seq.nk, p.window_left, p.window_right, p.diag_shift);
   const KeyBlockWork work(mask, n0, n_end, kBlockM, hk, p.heads / p.heads_k);
@@ -182,6 +190,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   auto& ss = *reinterpret_cast<typename Traits::SharedStorage*>(smem_raw);
   const int wg = cutlass::canonical_warp_group_idx();
   if (threadIdx.x == 0) {
+    // (the next pass may launch once every block has started: it waits for its pairs' keys)
+    if (p.pair_counters) pdl_launch_dependents();
     cute::prefetch_tma_descriptor(prm.tma_q.get_tma_descriptor());
     cute::prefetch_tma_descriptor(prm.tma_do.get_tma_descriptor());
     cute::prefetch_tma_descriptor(prm.tma_k.get_tma_descriptor());
@@ -212,6 +222,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   Tensor sAhit = make_tensor(make_smem_ptr(ss.a_hi.data()), typename Traits::SmemLayoutPt{});
   Tensor sAlot = make_tensor(make_smem_ptr(alo_ptr), typename Traits::SmemLayoutPt{});
   const int bq = p.cu_seqlens_q ? 0 : b;
+  // A programmatic dependent ends after its primary: its last block waits for it, by a thread
+  // with nothing else to do (pdl.cuh).
+  if (p.pair_counters) pdl_wait_primary_in_last_block(threadIdx.x == 32);
 
   if (wg == 0) {
     // ---------------- producer: K, V once; Q, dO per query tile ----------------
@@ -290,6 +303,12 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   };
 
   if (n_items > 0) {
+    // Launched under the last wave of the pass that writes rowstate and zero-fills dq_accum
+    // (pdl.cuh): the lanes that fetch rowstate first wait for this pair's rows; the barrier
+    // below orders every consumer's reduce-adds after them.
+    if (p.pair_counters && row_lane)
+      counter_wait_acquire(reinterpret_cast<const int*>(p.pair_counters) + b * p.heads_k + hk,
+                           seq.nq * (p.heads / p.heads_k));
     fetch_rows(0);
     cute::cp_async_wait<0>();
     consumers_sync();
@@ -551,6 +570,14 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       }
     }
   }
+  if (p.pair_counters) {
+    // Every consumer's dQ reduce-adds, dK, dV and key sums are issued: the block's keys counted
+    // for the passes that follow (pdl.cuh; the release orders what the barrier ordered before)
+    consumers_sync();
+    if (tid == 0)
+      counter_add_release(reinterpret_cast<int*>(p.pair_counters) + (p.batch + b) * p.heads_k + hk,
+                          n_end - n0);
+  }
 #endif
 }
 
@@ -566,7 +593,8 @@ void run_bwd_kv_split(const AttnParams& p, int total_q, int total_k) {
   if (!slot_grid(prm.p, Traits::kBlockN, total_k, p.heads_k, grid))
     grid = tile_grid(prm.p, tiles, p.heads_k, p.batch);
   launch_sm90(kernel, grid, Traits::kNumThreads, Traits::kSmemBytes, prm, p,
-              "KV-outer backward, head dim split (sm90)");
+              "KV-outer backward, head dim split (sm90)",
+              /*programmatic=*/p.pair_counters != 0 && bwd_variant() != 12);
 }
 
 }  // namespace sm90

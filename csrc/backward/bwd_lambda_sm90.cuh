@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   const int m0 = m_block * kBlockM;
   if (m0 >= seq.nq) return;  // uniform for the block, before any barrier
   // (the KV-outer pass may launch once every block has started: it waits for its pairs' rows)
-  if (Traits::kDq && p.pair_counters && threadIdx.x == 0) pdl_launch_dependents();
+  if (p.pair_counters && threadIdx.x == 0) pdl_launch_dependents();
   const int m_end = min(m0 + kBlockM, seq.nq);
   const int hk = h / (p.heads / p.heads_k);
   const Mask mask(seq.nq, seq.nk, p.window_left, p.window_right, p.diag_shift);
@@ -526,13 +526,20 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   // This warpgroup's rows of rowstate are written: counted for the KV-outer pass, which waits for
   // its (sequence, kv head) pair's rows (pdl.cuh). At the end, where only this warp waits for the
   // stores to land. (By the producer's idle second warp instead, any code there made ptxas spill
-  // in the consumers' key loop.) kDq only: the λ-only pre-pass zero-fills dq_accum for a
-  // KV-outer pass that adds into it by TMA, which is not launched as a dependent.
-  if (Traits::kDq && p.pair_counters) {
-    wg_sync(wg - 1);
-    if ((tid & 127) == 0)
-      counter_add_release(reinterpret_cast<int*>(p.pair_counters) + b * p.heads_k + hk,
-                          min(max(m_end - m0 - 64 * (wg - 1), 0), 64));
+  // in the consumers' key loop.) The λ-only pre-pass (d = 256) counts the block's rows once both
+  // warpgroups are done: both zero-filled each of its dq_accum tiles.
+  if (p.pair_counters) {
+    if constexpr (Traits::kDq) {
+      wg_sync(wg - 1);
+      if ((tid & 127) == 0)
+        counter_add_release(reinterpret_cast<int*>(p.pair_counters) + b * p.heads_k + hk,
+                            min(max(m_end - m0 - 64 * (wg - 1), 0), 64));
+    } else {
+      asm volatile("bar.sync 1, 256;\n" ::: "memory");
+      if (tid == 0)
+        counter_add_release(reinterpret_cast<int*>(p.pair_counters) + b * p.heads_k + hk,
+                            m_end - m0);
+    }
   }
 #endif
 }

@@ -4,9 +4,11 @@
 //
 // Why: every d = 64 pass of the gproj backward is 4096 equal blocks at B·N = 16k (31.03 waves on
 // 132 SMs), so the last blocks of one pass run while the other SMs wait for the next pass: ~3% of
-// each pass (bench/NOTES.md session 20). A dependent grid is launched once every block of its
-// primary has executed `griddepcontrol.launch_dependents` (the primary does so as it starts), so
-// its blocks take the SMs the primary frees. `griddepcontrol.wait` would then hold them until the
+// each pass (bench/NOTES.md session 20). In fa3 mode the memory-bound pre- and post-passes
+// (delta, dQ's rounding: ~9% of the backward at d = 128, N = 2k) can run on the SMs that the
+// KV-outer pass's first and last waves leave idle. A dependent grid is launched once every block
+// of its primary has executed `griddepcontrol.launch_dependents` (the primary does so as it
+// starts), so its blocks take the SMs the primary frees. `griddepcontrol.wait` would then hold them until the
 // whole primary has ended, which is the wave gap again; instead each dependent block waits only
 // for the rows it reads, counted per (sequence, kv head) by the primary's blocks as they finish.
 // The blocks run pair after pair (tile_grid), so the dependent's first blocks read pairs the
@@ -56,6 +58,26 @@ __device__ __forceinline__ void counter_wait_acquire(const int* counter, int tar
     if (v >= target) break;
     __nanosleep(500);
   }
+}
+
+// Primary, after bulk (TMA) reduce-adds into global memory that a dependent reads: waits until
+// this thread's bulk groups have completed their writes (cute::tma_store_wait waits only for
+// their reads of shared memory), then orders those async-proxy writes before the thread's later
+// generic operations, so counter_add_release then publishes them too.
+__device__ __forceinline__ void bulk_writes_complete() {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+  asm volatile("fence.proxy.async.global;" ::: "memory");
+#endif
+}
+
+// Dependent, after counter_wait_acquire and before bulk (TMA) reduce-adds into global memory
+// that the primary wrote with generic stores: orders the acquired writes before the thread's
+// later async-proxy operations.
+__device__ __forceinline__ void generic_to_async_proxy_fence() {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  asm volatile("fence.proxy.async.global;" ::: "memory");
+#endif
 }
 
 // Host: launches `kernel` on `stream`; `programmatic`: as the programmatic dependent of the

@@ -4,13 +4,18 @@
 //   dq_finish_kernel: dQ = alpha * dq_accum rounded once to the input dtype (the KV-outer pass
 //                     adds each key tile's dS~ K, gproj: dS~ K - lambda_hi P~ K, into dq_accum
 //                     in fp32; tiled layout: tile.cuh).
-// Both are memory-bound.
+// Both are memory-bound. With AttnParams::pair_counters the KV-outer pass is delta_kernel's
+// programmatic dependent and dq_finish_kernel the last pass's before it (fa3 mode: the KV-outer
+// pass; gproj at d = 256: dK's projection), each block waiting only for its (sequence, kv head)
+// pair's counts (pdl.cuh).
 #pragma once
 #include <cuda_runtime.h>
 
 #include "../api/params.h"
+#include "../api/variants.h"
 #include "../common/cuda_check.h"
 #include "../common/device.cuh"
+#include "../common/pdl.cuh"
 #include "../common/tile.cuh"
 
 namespace gproj {
@@ -30,6 +35,12 @@ __global__ void __launch_bounds__(kPrepostThreads) delta_kernel(const AttnParams
   const int mb = gt.tile, h = gt.head, b = gt.batch;
   const SeqBounds seq(p, b);
   if (mb * kPrepostRows >= seq.nq) return;
+  // pair_counters: [pair] counts the rows whose delta is written and dq_accum zeroed, for the
+  // KV-outer pass launched under this grid's last wave (it may launch once every block started)
+  int* rows_done = p.pair_counters ? reinterpret_cast<int*>(p.pair_counters) +
+                                         int64_t(b) * p.heads_k + h / (p.heads / p.heads_k)
+                                   : nullptr;
+  if (rows_done && threadIdx.x == 0) pdl_launch_dependents();
   if (p.dq_accum) {
     float4* acc = reinterpret_cast<float4*>(reinterpret_cast<float*>(p.dq_accum) +
         (int64_t(h) * dq_accum_tiles(p) + dq_tile_base(p, b, seq.q_start) + mb) * (64 * D));
@@ -57,6 +68,11 @@ __global__ void __launch_bounds__(kPrepostThreads) delta_kernel(const AttnParams
       reinterpret_cast<float4*>(p.rowstate)[rowstat_index(p, b, h, int(row))] =
           make_float4(acc, 0.f, 0.f, 0.f);
   }
+  if (rows_done) {
+    __syncthreads();  // every thread's zeros and delta are written
+    if (threadIdx.x == 0)
+      counter_add_release(rows_done, min(kPrepostRows, seq.nq - mb * kPrepostRows));
+  }
 }
 
 // dQ = alpha * dq_accum rounded once to the input dtype. dq_accum is tiled (tile.cuh,
@@ -72,7 +88,20 @@ __global__ void __launch_bounds__(kPrepostThreads) dq_finish_kernel(const AttnPa
   const GridTile gt = block_tile(p, p.cu_seqlens_q, p.heads);
   const int mb = gt.tile, h = gt.head, b = gt.batch;
   const SeqBounds seq(p, b);
-  if (mb * 64 >= seq.nq) return;
+  if (mb * 64 >= seq.nq) {
+    if (p.pair_counters) pdl_wait_primary_in_last_block(threadIdx.x == 0);  // (as at the end)
+    return;
+  }
+  // Launched under the KV-outer pass's last wave (pair_counters): the dq_accum rows are final
+  // once every key of the (sequence, kv head) pair has added its dQ (its [pairs + pair] count).
+  // (The first warp waits, whole: no barrier sees a warp in two places.)
+  if (p.pair_counters) {
+    if (threadIdx.x < 32)
+      counter_wait_acquire(reinterpret_cast<const int*>(p.pair_counters) +
+                               (int64_t(p.batch) + b) * p.heads_k + h / (p.heads / p.heads_k),
+                           seq.nk);
+    __syncthreads();
+  }
   const float* acc = reinterpret_cast<const float*>(p.dq_accum) +
                      (int64_t(h) * dq_accum_tiles(p) + dq_tile_base(p, b, seq.q_start) + mb) * (64 * D);
   float4 x[kLoads];
@@ -101,6 +130,7 @@ __global__ void __launch_bounds__(kPrepostThreads) dq_finish_kernel(const AttnPa
       *reinterpret_cast<uint4*>(dq + int64_t(seq.q_start + i) * p.dq_stride[1] + col) =
           *reinterpret_cast<const uint4*>(&tile[row * kPitch + col]);
   }
+  if (p.pair_counters) pdl_wait_primary_in_last_block(threadIdx.x == 0);  // (after its primary)
 }
 
 template <typename T, int D>
@@ -119,8 +149,11 @@ void launch_dq_finish(const AttnParams& p) {
   dim3 grid((p.seqlen_q + 63) / 64, p.heads, p.batch);
   if (grid.x == 0) return;
   slot_grid(q, 64, p.total_q, p.heads, grid);  // (varlen)
-  dq_finish_kernel<T, D><<<grid, kPrepostThreads, 0, reinterpret_cast<cudaStream_t>(p.stream)>>>(q);
-  check_cuda(cudaGetLastError(), "backward dQ finish");
+  // pair_counters: the previous pass's programmatic dependent (variant 12: after it, counting)
+  check_cuda(launch_kernel(dq_finish_kernel<T, D>, grid, dim3(kPrepostThreads), 0,
+                           reinterpret_cast<cudaStream_t>(p.stream),
+                           p.pair_counters != 0 && bwd_variant() != 12, q),
+             "backward dQ finish");
 }
 
 }  // namespace gproj

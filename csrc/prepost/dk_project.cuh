@@ -95,10 +95,8 @@ __global__ void __launch_bounds__(512) dk_keysum_total_kernel(const AttnParams p
                                        (int64_t(p.batch) + b) * p.heads_k + hk
                                  : nullptr;
   if (counter) {
-    if (threadIdx.x == 0) {
-      pdl_launch_dependents();  // (dK's projection waits for each pair's total)
-      counter_wait_acquire(counter, seq.nk);
-    }
+    if (threadIdx.x == 0) pdl_launch_dependents();  // (dK's projection waits for each total)
+    if (threadIdx.x < 32) counter_wait_acquire(counter, seq.nk);  // (the whole first warp)
     __syncthreads();
   }
   double* sums = reinterpret_cast<double*>(p.dk_keysum) +
@@ -131,9 +129,11 @@ __global__ void __launch_bounds__(32 * kProjectWarps) dk_project_kernel(const At
     return;
   }
   // Launched under the key-sum totals' (pair_counters): the pair's keys all written and its
-  // total in slot 0 (the count reaches nk + 1).
+  // total in slot 0 (the count reaches nk + 1). (d = 256: dQ's rounding, which follows, may
+  // launch once every block has started.)
   if (p.pair_counters) {
-    if (threadIdx.x == 0)
+    if (threadIdx.x == 0) pdl_launch_dependents();
+    if (threadIdx.x < 32)  // (the whole first warp)
       counter_wait_acquire(reinterpret_cast<const int*>(p.pair_counters) +
                                (int64_t(p.batch) + b) * p.heads_k + hk, seq.nk + 1);
     __syncthreads();

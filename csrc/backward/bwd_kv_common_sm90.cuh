@@ -27,6 +27,36 @@ struct KeyBlockWork {
   __device__ __forceinline__ int tile(int it) const { return mb_min + it % tiles_per_head; }
 };
 
+// The key sums' first stage in both KV-outer passes (gproj with dK projected, dk_project.cuh):
+// per column, the lane's Σ of alpha dK over its key rows before n_end, in fp64 and row order,
+// then over the eight lanes that share its columns (a fixed order); per row, its squared norm
+// over the quad that holds it (fp32), which the caller combines into Σ_j ||dK_j|| (whole rows,
+// or two halves of the head dim). dk_rc / dkc_rc: the dK accumulator and its coordinates as
+// (rows, columns).
+template <int kRows, int kCols, class DkRC, class DkcRC>
+__device__ __forceinline__ void dk_key_partials(const DkRC& dk_rc, const DkcRC& dkc_rc, int n0,
+                                                int n_end, float scale, double (&colsum)[kCols],
+                                                float (&row_sq)[kRows]) {
+  CUTLASS_PRAGMA_UNROLL
+  for (int j = 0; j < kCols; ++j) colsum[j] = 0.0;
+  CUTLASS_PRAGMA_UNROLL
+  for (int r = 0; r < kRows; ++r) {
+    const bool ok = n0 + get<0>(dkc_rc(r, 0)) < n_end;
+    float sq = 0.f;
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < kCols; ++j) {
+      const float x = ok ? scale * dk_rc(r, j) : 0.f;
+      sq = fmaf(x, x, sq);
+      colsum[j] += double(x);
+    }
+    row_sq[r] = quad_sum(sq);
+  }
+  CUTLASS_PRAGMA_UNROLL
+  for (int j = 0; j < kCols; ++j)
+    CUTLASS_PRAGMA_UNROLL
+    for (int m = 4; m < 32; m <<= 1) colsum[j] += __shfl_xor_sync(0xffffffffu, colsum[j], m);
+}
+
 // Host: the extents and TMA loads of a KV-outer pass (Q and dO tiles of Traits::kBlockM rows
 // into SmemLayoutQ, K, K' and V tiles of kBlockN rows into SmemLayoutK). Returns the maker of
 // Q-like loads, for a pass that reads one more query tensor (gproj's Q').

@@ -781,27 +781,12 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       Tensor dkc_rc = make_tensor(tdKcdK.data(), acc_rowcol(tdKcdK.layout()));
       constexpr int kCols = decltype(size<1>(dk_rc))::value;
       double colsum_dk[kCols];
+      float row_sq[kRows];
+      dk_key_partials(dk_rc, dkc_rc, n0, n_end, p.softmax_scale, colsum_dk, row_sq);
       double norms = 0.0;
       CUTLASS_PRAGMA_UNROLL
-      for (int j = 0; j < kCols; ++j) colsum_dk[j] = 0.0;
-      CUTLASS_PRAGMA_UNROLL
-      for (int r = 0; r < kRows; ++r) {
-        const bool ok = n0 + get<0>(dkc_rc(r, 0)) < n_end;
-        float sq = 0.f;
-        CUTLASS_PRAGMA_UNROLL
-        for (int j = 0; j < kCols; ++j) {
-          const float x = ok ? p.softmax_scale * dk_rc(r, j) : 0.f;
-          sq = fmaf(x, x, sq);
-          colsum_dk[j] += double(x);
-        }
-        const float norm = sqrtf(quad_sum(sq));
-        if ((tid & 3) == 0) norms += double(norm);  // the row's norm, once per quad
-      }
-      CUTLASS_PRAGMA_UNROLL
-      for (int j = 0; j < kCols; ++j)
-        CUTLASS_PRAGMA_UNROLL
-        for (int m = 4; m < 32; m <<= 1)
-          colsum_dk[j] += __shfl_xor_sync(0xffffffffu, colsum_dk[j], m);
+      for (int r = 0; r < kRows; ++r)
+        if ((tid & 3) == 0) norms += double(sqrtf(row_sq[r]));  // the row's norm, once per quad
       CUTLASS_PRAGMA_UNROLL
       for (int m = 1; m < 32; m <<= 1) norms += __shfl_xor_sync(0xffffffffu, norms, m);
       // Staged in this warpgroup's part of the Q ring (its last GEMM has been waited on; the

@@ -516,21 +516,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     Tensor dkc_rc = make_tensor(tdKcdK.data(), acc_rowcol(tdKcdK.layout()));
     constexpr int kCols = decltype(size<1>(dk_rc))::value;
     double colsum_dk[kCols];
+    float row_sq[kRows];
+    dk_key_partials(dk_rc, dkc_rc, n0, n_end, p.softmax_scale, colsum_dk, row_sq);
     CUTLASS_PRAGMA_UNROLL
-    for (int j = 0; j < kCols; ++j) colsum_dk[j] = 0.0;
-    CUTLASS_PRAGMA_UNROLL
-    for (int r = 0; r < kRows; ++r) {
-      const bool ok = n0 + get<0>(dkc_rc(r, 0)) < n_end;
-      float sq = 0.f;
-      CUTLASS_PRAGMA_UNROLL
-      for (int j = 0; j < kCols; ++j) {
-        const float x = ok ? p.softmax_scale * dk_rc(r, j) : 0.f;
-        sq = fmaf(x, x, sq);
-        colsum_dk[j] += double(x);
-      }
-      sq = quad_sum(sq);
-      if ((tid & 3) == 0) ss.gp.row_sq[w][get<0>(dkc_rc(r, 0))] = sq;
-    }
+    for (int r = 0; r < kRows; ++r)
+      if ((tid & 3) == 0) ss.gp.row_sq[w][get<0>(dkc_rc(r, 0))] = row_sq[r];
     consumers_sync();  // (also: both warpgroups are past their last GEMM, so the Q ring is free)
     double norms = 0.0;
     if (w == 0 && (tid & 3) == 0) {
@@ -540,10 +530,6 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         norms += double(sqrtf(ss.gp.row_sq[0][row] + ss.gp.row_sq[1][row]));
       }
     }
-    CUTLASS_PRAGMA_UNROLL
-    for (int j = 0; j < kCols; ++j)
-      CUTLASS_PRAGMA_UNROLL
-      for (int m = 4; m < 32; m <<= 1) colsum_dk[j] += __shfl_xor_sync(0xffffffffu, colsum_dk[j], m);
     CUTLASS_PRAGMA_UNROLL
     for (int m = 1; m < 32; m <<= 1) norms += __shfl_xor_sync(0xffffffffu, norms, m);
     // per-warp partials staged in the Q ring, then summed over the four warps in order

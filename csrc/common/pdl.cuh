@@ -8,12 +8,14 @@
 // (delta, dQ's rounding: ~9% of the backward at d = 128, N = 2k) can run on the SMs that the
 // KV-outer pass's first and last waves leave idle. A dependent grid is launched once every block
 // of its primary has executed `griddepcontrol.launch_dependents` (the primary does so as it
-// starts), so its blocks take the SMs the primary frees. `griddepcontrol.wait` would then hold them until the
-// whole primary has ended, which is the wave gap again; instead each dependent block waits only
-// for the rows it reads, counted per (sequence, kv head) by the primary's blocks as they finish.
-// The blocks run pair after pair (tile_grid), so the dependent's first blocks read pairs the
-// primary finished long before. No deadlock: by the time any dependent block runs, every block
-// of the primary is resident or done.
+// starts), so its blocks take the SMs the primary frees. `griddepcontrol.wait` would then hold
+// them until the whole primary has ended, which is the wave gap again; instead each dependent
+// block waits only for the rows it reads, counted per (sequence, kv head) by the primary's blocks
+// as they finish. The blocks run pair after pair (tile_grid), so the dependent's first blocks
+// read pairs the primary finished long before. No deadlock: by the time any dependent block
+// runs, every block of the primary is resident or done. Every wait is by whole warps: a warp
+// whose one lane still spins while the others reach a warp-aligned barrier (`bar.sync`) is
+// counted there twice (session 22's first form hung so).
 #pragma once
 #include <cuda_runtime.h>
 

@@ -277,7 +277,7 @@ def backward_cuda(dout, q, k, v, out, stats, cu_q, cu_k, max_q, max_k, scale, wl
         k, _ = center_keys_cuda(k, cu_k, max_k, shift=k_shift)  # the forward's exact shift
         _, q_shift = center_keys_cuda(q, cu_q, max_q, shift_only=True,  # (dK GEMM, in the kernel)
                                       approx=True)
-    # {delta, lambda hi, lambda lo, unused} per row: dQ pass -> dK/dV pass (csrc/api/params.h)
+    # {delta, lambda hi, lambda lo, delta + lambda} per row: dQ pass -> dK/dV pass (params.h)
     rowstate = torch.empty(stats.shape[:-1] + (4,), dtype=torch.float32, device=q.device)
     p = _params(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics)
     p.stats, p.rowstate = stats.data_ptr(), rowstate.data_ptr()

@@ -848,8 +848,9 @@ def test_cuda_query_centering_equals_reference(dtype, d):
 
 
 def _rowstate_from(passes, q, k, v, out, stats, do, causal):
-    """rowstate {delta, lambda hi, lambda lo, -} from the mma.sync dQ pass (passes=1) or the
-    Hopper λ pre-pass (passes=4), through the C API on the same centered keys."""
+    """rowstate {delta, lambda hi, lambda lo, delta + lambda} from the mma.sync dQ pass (passes=1,
+    its last slot 0) or the Hopper λ pre-pass (passes=4), through the C API on the same centered
+    keys."""
     from gproj_cuda.ops import rowstate_cuda
     rowstate = rowstate_cuda(q, k, v, out, stats, do, q.shape[-1] ** -0.5, -1,
                              0 if causal else -1, passes)
@@ -876,6 +877,9 @@ def test_hopper_lambda_prepass_matches_dq_pass(dtype, d, causal):
     got = _rowstate_from(4, q, k, v, out, stats, do, causal)
     assert torch.isfinite(got[..., :3]).all(), "unwritten rows"
     torch.testing.assert_close(got[..., 0], ref[..., 0], rtol=1e-4, atol=1e-5)
+    # the fourth slot, delta + lambda rounded once (the KV-outer pass's A = P (dP - it))
+    dlam = (got[..., 0].double() + (got[..., 1].double() + got[..., 2].double())).float()
+    assert torch.equal(got[..., 3], dlam), "rowstate[3] is not delta + lambda"
     lam_ref = ref[..., 1].double() + ref[..., 2].double()
     lam_got = got[..., 1].double() + got[..., 2].double()
     off = (lam_got - lam_ref).abs() > 1e-2 * lam_ref.abs().max()

@@ -22,9 +22,10 @@
 // fa3: 5 GEMM-equivalents per (query tile, key tile), as FlashAttention-3.
 // gproj (SPEC section 3, the arithmetic of the mma.sync passes and reference.py): delta, lambda
 // = r / s (~48-bit row sums of exactly the rounded dS~, P~ the GEMMs consume) and dQ come from the
-// Q-outer pass (bwd_lambda_sm90.cuh: S, dP, dS~ K', P~ K', 4 GEMM-equivalents); here A = dS~ -
-// lambda P~ in fp32 (lambda as hi + lo), rounded once (kAParts; GPROJ_BWD_VARIANT=6: two parts,
-// 3: three, the mma.sync form), dK += A~^T Q' against the centered queries Q' = Q - c_q (loaded by
+// Q-outer pass (bwd_lambda_sm90.cuh: S, dP, dS~ K', P~ K', 4 GEMM-equivalents); here A = dS -
+// lambda P = P (dP - (delta + lambda)) in fp32, rounded once (kAParts; GPROJ_BWD_VARIANT=6: two
+// parts and 3: three, the mma.sync form, both from dS~ - lambda P~ with lambda as hi + lo), dK +=
+// A~^T Q' against the centered queries Q' = Q - c_q (loaded by
 // TMA beside Q), plus c_q (x) colsum(A) per head (fp32 per tile, fp32 pairs across tiles); dK
 // leaves in fp32 and dk_project.cuh removes what the rounding of A left in Σ_j dK_j. S, dP, dV,
 // dK: 4 GEMM-equivalents, 8 in all (two parts: 5 and 9; three: 6 and 10). With no dQ here every
@@ -72,7 +73,8 @@ struct BwdKvTraits {
   // One part: dK leaves in fp32 (p.dk_unprojected) for the zero-sum projection.
   static constexpr bool kProjectsDk = kGProj_ && kAParts == 1;
   // One part with two consumer warpgroups: A from the fp32 P and dS rather than from their
-  // rounded copies (no dS~ to round, no unpacking: 2-3 instructions per score fewer). With three
+  // rounded copies (no dS~ to round, no unpacking: 2-3 instructions per score fewer), as
+  // P (dP - (delta + lambda)) (two more fewer: the kernel's dS step says why). With three
   // warpgroups (160 registers) the fp32 values live that long spilled 56 bytes, so there A is
   // still formed from the rounded values.
   static constexpr bool kAFromFp32 = kProjectsDk && !kDqHere_ && kMmaWGs_ == 2;
@@ -194,8 +196,10 @@ struct BwdKvTraits {
     // fa3 {lse2, delta, -, -}; gproj {m, log2 l, delta, lambda hi} and lambda lo.
     // (16-byte aligned: a lane reads two adjacent queries' state at once)
     alignas(16) float2 row_st[kRowCopies][2][kBlockM];  // {raw score max, log2 row sum} (stats)
-    alignas(16) float2 row_dl[kRowCopies][2][kBlockM];  // {delta, lambda hi} (rowstate)
-    alignas(16) float row_lo[kRowCopies][2][kGProj ? kBlockM : 2];  // lambda lo (rowstate)
+    alignas(16) float2 row_dl[kRowCopies][2][kAFromFp32 ? 2 : kBlockM];  // {delta, lambda hi}
+    alignas(16) float row_lo[kRowCopies][2][kGProj && !kAFromFp32 ? kBlockM : 2];  // lambda lo
+    // kAFromFp32: delta + lambda (rowstate's fourth slot), the one row value A needs
+    alignas(16) float row_dlam[kRowCopies][2][kAFromFp32 ? kBlockM : 2];
     alignas(16) cutlass::arch::ClusterTransactionBarrier barrier_kv;
     alignas(16) typename Pipeline::SharedStorage pipe_q;
   };
@@ -472,8 +476,12 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         const int64_t idx = ok ? rowstat_index(p, b, h, seq.q_start + i) : 0;
         const float* rs = reinterpret_cast<const float*>(p.rowstate) + 4 * idx;
         cp_async_zfill(&ss.row_st[row_copy][it & 1][slot], reinterpret_cast<const float2*>(p.stats) + idx, ok);
-        cp_async_zfill(&ss.row_dl[row_copy][it & 1][slot], reinterpret_cast<const float2*>(rs), ok);
-        if constexpr (kGProj) cp_async_zfill(&ss.row_lo[row_copy][it & 1][slot], rs + 2, ok);
+        if constexpr (Traits::kAFromFp32) {
+          cp_async_zfill(&ss.row_dlam[row_copy][it & 1][slot], rs + 3, ok);
+        } else {
+          cp_async_zfill(&ss.row_dl[row_copy][it & 1][slot], reinterpret_cast<const float2*>(rs), ok);
+          if constexpr (kGProj) cp_async_zfill(&ss.row_lo[row_copy][it & 1][slot], rs + 2, ok);
+        }
       }
     }
     cute::cp_async_fence();
@@ -514,6 +522,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       const float2* row_st = ss.row_st[row_copy][it & 1];
       const float2* row_dl = ss.row_dl[row_copy][it & 1];
       const float* row_lo = ss.row_lo[row_copy][it & 1];
+      const float* row_dlam = ss.row_dlam[row_copy][it & 1];
       Tensor tSrS = partition_fragment_C(mma_sdp, shape_s);
       Tensor tSrDP = partition_fragment_C(mma_sdp, shape_s);
       pipe_q.consumer_wait(rd);
@@ -584,13 +593,29 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       if constexpr (Traits::kPUnderDp) warpgroup_wait<0>();
       // dS^T = P^T (dP^T - delta) in place; then both rounded once to 16 bits: P~ (dV's A
       // operand) and dS~ (dK's A operand and, through shared memory, dQ's).
+      // kAFromFp32 (gproj, one rounded part of A): no dS~ is rounded, so A = dS - lambda P =
+      // P (dP - (delta + lambda)) in place instead, with delta + lambda summed once per row by
+      // the λ pass (rowstate's fourth slot): one FADD and one FMUL per score, where dS and then
+      // A (lambda as hi + lo) took an FADD, an FMUL and two FFMA. Its fp32 rounding differs by
+      // ~2^-24 of |P (dP - delta)|; A is rounded to bf16 next, and the fp32 A's row sums are
+      // already off zero by what rounding P and dS would have moved them (~2^-9 of a score,
+      // kAFromFp32 below), so lambda's low part, 2^-24 of lambda, bought nothing here.
       CUTLASS_PRAGMA_UNROLL
       for (int j = 0; j < size<1>(dp_rc); j += 2) {
-        const float4 dl2 = *reinterpret_cast<const float4*>(&row_dl[get<1>(c_rc(0, j))]);
-        CUTLASS_PRAGMA_UNROLL
-        for (int r = 0; r < kRows; ++r) {
-          dp_rc(r, j) = s_rc(r, j) * (dp_rc(r, j) - dl2.x);
-          dp_rc(r, j + 1) = s_rc(r, j + 1) * (dp_rc(r, j + 1) - dl2.z);
+        if constexpr (Traits::kAFromFp32) {
+          const float2 dlam = *reinterpret_cast<const float2*>(&row_dlam[get<1>(c_rc(0, j))]);
+          CUTLASS_PRAGMA_UNROLL
+          for (int r = 0; r < kRows; ++r) {
+            dp_rc(r, j) = s_rc(r, j) * (dp_rc(r, j) - dlam.x);
+            dp_rc(r, j + 1) = s_rc(r, j + 1) * (dp_rc(r, j + 1) - dlam.y);
+          }
+        } else {
+          const float4 dl2 = *reinterpret_cast<const float4*>(&row_dl[get<1>(c_rc(0, j))]);
+          CUTLASS_PRAGMA_UNROLL
+          for (int r = 0; r < kRows; ++r) {
+            dp_rc(r, j) = s_rc(r, j) * (dp_rc(r, j) - dl2.x);
+            dp_rc(r, j + 1) = s_rc(r, j + 1) * (dp_rc(r, j + 1) - dl2.z);
+          }
         }
       }
       Tensor tOrP = make_tensor_like<Element>(tSrS);
@@ -628,24 +653,28 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         CUTLASS_PRAGMA_UNROLL
         for (int j = 0; j < size<1>(p_rc); j += 2) {
           const int qi = get<1>(c_rc(0, j));
-          const float4 dl2 = *reinterpret_cast<const float4*>(&row_dl[qi]);
-          const float2 lo2 = *reinterpret_cast<const float2*>(&row_lo[qi]);
+          float4 dl2 = make_float4(0.f, 0.f, 0.f, 0.f);
+          float2 lo2 = make_float2(0.f, 0.f);
+          if constexpr (!Traits::kAFromFp32) {
+            dl2 = *reinterpret_cast<const float4*>(&row_dl[qi]);
+            lo2 = *reinterpret_cast<const float2*>(&row_lo[qi]);
+          }
           CUTLASS_PRAGMA_UNROLL
           for (int r = 0; r < kRows; ++r) {
-            // kAFromFp32: from the fp32 P and dS (what one rounding of A then loses is of the
-            // same size as what rounding them first would; emulator: the same dK errors,
-            // NOTES.md session 7). Two or three parts: from the rounded values, whose row sums
-            // the parts must keep exact.
-            float2 pt, ds;
+            // kAFromFp32: from the fp32 P and dS, formed above (what one rounding of A then
+            // loses is of the same size as what rounding them first would; emulator: the same
+            // dK errors, NOTES.md session 7). Two or three parts: from the rounded values, whose
+            // row sums the parts must keep exact (lambda as hi + lo).
+            float a0, a1;
             if constexpr (Traits::kAFromFp32) {
-              pt = make_float2(s_rc(r, j), s_rc(r, j + 1));
-              ds = make_float2(dp_rc(r, j), dp_rc(r, j + 1));
+              a0 = dp_rc(r, j);
+              a1 = dp_rc(r, j + 1);
             } else {
-              pt = unpack2<T>(pair(p_rc, r, j));
-              ds = unpack2<T>(pair(ds_rc, r, j));
+              const float2 pt = unpack2<T>(pair(p_rc, r, j));
+              const float2 ds = unpack2<T>(pair(ds_rc, r, j));
+              a0 = fmaf(-lo2.x, pt.x, fmaf(-dl2.y, pt.x, ds.x));
+              a1 = fmaf(-lo2.y, pt.y, fmaf(-dl2.w, pt.y, ds.y));
             }
-            const float a0 = fmaf(-lo2.x, pt.x, fmaf(-dl2.y, pt.x, ds.x));
-            const float a1 = fmaf(-lo2.y, pt.y, fmaf(-dl2.w, pt.y, ds.y));
             const uint32_t hi = pack2<T>(a0, a1);
             pair(hi_rc, r, j) = hi;
             if constexpr (Traits::kAParts == 2) {

@@ -8,7 +8,7 @@
 // (fp32 within a key tile, then across tiles as fp32 pairs, ~48 bits, where the mma.sync pass
 // uses fp64: bwd_dq_kernel.cuh says why more than fp32; the per-tile fp32 sums' own rounding,
 // 2^-24 of a tile's partial sum, is far above the pair's 2^-48), then
-// lambda = r / s as two fp32 parts. Writes rowstate = {delta, lambda hi, lambda lo, 0}.
+// lambda = r / s as two fp32 parts. Writes rowstate = {delta, lambda hi, lambda lo, delta + lambda}.
 // With kDq (the full backward) it also finishes dQ, SPEC section 3 exactly:
 //   dQ_i = alpha [ (dS~ K')_i - lambda_i (P~ K')_i ]
 // both products accumulated over every key tile in fp32 WGMMA registers and combined once at the
@@ -416,15 +416,23 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
           reinterpret_cast<uint32_t*>(tOrDS.data())[i / 2] = pack2<T>(tSrDP(i), tSrDP(i + 1));
         }
         if constexpr (!Traits::kTensorRowSums) {  // fp32 within the tile, from the registers
+          // (a lane's column pair (r, j), (r, j + 1) is one register: unpacked as a pair, a
+          // shift and a mask, where an element at a time took a PRMT more for the high half)
           Tensor p_rc = make_tensor(tOrP.data(), acc_rowcol(tSrS.layout()));
           Tensor ds_rc = make_tensor(tOrDS.data(), acc_rowcol(tSrDP.layout()));
+          auto pair = [](auto& t, int r, int j) {
+            return *reinterpret_cast<const uint32_t*>(&t(r, j));
+          };
           CUTLASS_PRAGMA_UNROLL
           for (int r = 0; r < kRows; ++r) {
             float rt = 0.f, st = 0.f;
             CUTLASS_PRAGMA_UNROLL
-            for (int j = 0; j < size<1>(p_rc); ++j) {
-              rt += static_cast<float>(ds_rc(r, j));
-              st += static_cast<float>(p_rc(r, j));
+            for (int j = 0; j < size<1>(p_rc); j += 2) {
+              const float2 d2 = unpack2<T>(pair(ds_rc, r, j)), p2 = unpack2<T>(pair(p_rc, r, j));
+              rt += d2.x;
+              rt += d2.y;
+              st += p2.x;
+              st += p2.y;
             }
             r_sum[r].add(rt);
             s_sum[r].add(st);
@@ -451,9 +459,14 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         for (int r = 0; r < kRows; ++r) {
           float rt = 0.f, st = 0.f;  // this tile's sums, fp32
           CUTLASS_PRAGMA_UNROLL
-          for (int j = 0; j < size<1>(s_rc); ++j) {
-            rt += round_to<TG>(s_rc(r, j) * (dp_rc(r, j) - delta[r]));
-            st += round_to<TG>(s_rc(r, j));
+          for (int j = 0; j < size<1>(s_rc); j += 2) {  // (rounded and unpacked as pairs)
+            const float2 d2 = unpack2<TG>(pack2<TG>(s_rc(r, j) * (dp_rc(r, j) - delta[r]),
+                                                     s_rc(r, j + 1) * (dp_rc(r, j + 1) - delta[r])));
+            const float2 p2 = unpack2<TG>(pack2<TG>(s_rc(r, j), s_rc(r, j + 1)));
+            rt += d2.x;
+            rt += d2.y;
+            st += p2.x;
+            st += p2.y;
           }
           r_sum[r].add(rt);
           s_sum[r].add(st);
@@ -485,7 +498,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     split_lambda(rs, sv, lam, lam_lo);
     if ((tid & 3) == 0 && m0 + row < m_end) {
       const int64_t idx = rowstat_index(p, b, h, seq.q_start + m0 + row);
-      reinterpret_cast<float4*>(p.rowstate)[idx] = make_float4(delta[r], lam, lam_lo, 0.f);
+      // (fourth: delta + lambda rounded once, the KV-outer pass's A = P (dP - (delta + lambda)))
+      const float dlam = float(double(delta[r]) + (double(lam) + double(lam_lo)));
+      reinterpret_cast<float4*>(p.rowstate)[idx] = make_float4(delta[r], lam, lam_lo, dlam);
     }
     if constexpr (Traits::kDq) {
       // dQ = alpha (dS~ K' - lambda_hi P~ K'), one rounding (lambda_lo would move dQ by 2^-24 of

@@ -37,10 +37,12 @@ KNOWN_SPILLING_VARIANTS = (
     "BwdKvTraits<{t}, 64, true, 2, true, 2, 64>",
     "BwdKvSplitTraits<{t}, 256, true, 2>",
 )
-# Two default kernels spill, by choice: the KV-outer pass at d = 64 with 128-row query tiles
+# Default kernels that spill, by choice: the KV-outer pass at d = 64 with 128-row query tiles
 # (FlashAttention-3's 128 x 128 tile there) keeps S^T, dP^T, dK and dV (192 registers) live through
 # the elementwise pass and spills loop invariants (thread coordinates, addresses): fa3 mode ~50
-# bytes (~12 local loads per tile, L1 hits), gproj ~20. Measured faster than the same pass with
+# bytes (~12 local loads per tile, L1 hits), gproj ~20 (none since session 23, whose A = P (dP -
+# (delta + lambda)) needs fewer live values; fa3 mode's 40 -> 24 bytes since lse2 comes from
+# rowstate). Measured faster than the same pass with
 # fewer rows and no spill (bench/NOTES.md, session 11): fa3 mode 4-11% against 64 rows
 # (GPROJ_BWD_VARIANT=9), gproj 1.3-5.6% against 96 (GPROJ_BWD_VARIANT=10); session 12's block
 # coordinates (grid_tile) add 8 bytes to each, and session 21's wait for the λ pass's rows
@@ -57,7 +59,6 @@ KNOWN_SPILLING_VARIANTS = (
 # instructions per key tile).
 KNOWN_SPILLING_DEFAULTS = (
     "BwdKvTraits<{t}, 64, false, 3, true, 2, 128>",
-    "BwdKvTraits<{t}, 64, true, 1, false, 2, 128>",
     "BwdKvTraits<{t}, 128, false, 3, true, 2, 64>",
     "LambdaTraits<{t}, 128, 64, 3, true>",
 )

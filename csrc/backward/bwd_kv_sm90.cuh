@@ -84,6 +84,12 @@ struct BwdKvTraits {
   // with dQ here, variant 4, neither: its λ-only pre-pass counts nothing at d = 64 / 128.)
   static constexpr bool kWaitsForRows = kGProj_ ? !kDqHere_ : kDqHere_;
   static constexpr bool kCountsDqKeys = !kGProj_ && kDqHere_;
+  // fa3 mode's 128 x 128 tiles (d = 64): lse2 = m c + log2 l taken from rowstate, where
+  // delta_kernel formed it once per row, instead of per column and key tile here (an FMUL and an
+  // FADD per column: 64 of ~890 instructions per tile). Measured (bench/NOTES.md session 23):
+  // -7% for the whole fa3 backward at d = 64; at d = 128 (64-row tiles, 32 such instructions of
+  // ~500) +1.2%, its producer warpgroup spilling 32 bytes instead of 28, so not there.
+  static constexpr bool kLse2InRowstate = !kGProj_ && kBlockM_ == 128;
   using Element = typename CuteElement<T_>::type;
   // With no dS~ / dQ buffers the shared memory holds a third Q / dO / Q' stage (two measured the
   // same, within 2%: NOTES.md session 6).
@@ -193,9 +199,12 @@ struct BwdKvTraits {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> dout;
     DqStorage dq_tiles;  // kDqHere: dS~ (dQ's A operand) and this tile's dQ
     ExtraTiles extra;    // gproj: Q' stages (and, kDqHere, P~ buffers)
-    // fa3 {lse2, delta, -, -}; gproj {m, log2 l, delta, lambda hi} and lambda lo.
+    // fa3 {delta, lse2} (rowstate; d = 128: {m, log2 l} from stats and delta); gproj {m, log2 l}
+    // (stats) and delta + lambda (rowstate's fourth slot; the two- and three-part variants:
+    // {delta, lambda hi} and lambda lo).
     // (16-byte aligned: a lane reads two adjacent queries' state at once)
-    alignas(16) float2 row_st[kRowCopies][2][kBlockM];  // {raw score max, log2 row sum} (stats)
+    // {raw score max, log2 row sum} (stats); not read where lse2 comes from rowstate
+    alignas(16) float2 row_st[kRowCopies][2][kLse2InRowstate ? 2 : kBlockM];
     alignas(16) float2 row_dl[kRowCopies][2][kAFromFp32 ? 2 : kBlockM];  // {delta, lambda hi}
     alignas(16) float row_lo[kRowCopies][2][kGProj && !kAFromFp32 ? kBlockM : 2];  // lambda lo
     // kAFromFp32: delta + lambda (rowstate's fourth slot), the one row value A needs
@@ -475,7 +484,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         const bool ok = i < seq.nq;
         const int64_t idx = ok ? rowstat_index(p, b, h, seq.q_start + i) : 0;
         const float* rs = reinterpret_cast<const float*>(p.rowstate) + 4 * idx;
-        cp_async_zfill(&ss.row_st[row_copy][it & 1][slot], reinterpret_cast<const float2*>(p.stats) + idx, ok);
+        if constexpr (!Traits::kLse2InRowstate)
+          cp_async_zfill(&ss.row_st[row_copy][it & 1][slot], reinterpret_cast<const float2*>(p.stats) + idx, ok);
         if constexpr (Traits::kAFromFp32) {
           cp_async_zfill(&ss.row_dlam[row_copy][it & 1][slot], rs + 3, ok);
         } else {
@@ -545,18 +555,30 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       // their row state is one 16-byte shared load.
       CUTLASS_PRAGMA_UNROLL
       for (int j = 0; j < size<1>(s_rc); j += 2) {
-        const float4 st2 = *reinterpret_cast<const float4*>(&row_st[get<1>(c_rc(0, j))]);
-        CUTLASS_PRAGMA_UNROLL
-        for (int jj = 0; jj < 2; ++jj) {
-          const float2 st = jj == 0 ? make_float2(st2.x, st2.y) : make_float2(st2.z, st2.w);
-          const float lse2 = load_row_softmax(st, c).lse2;  // fa3: FA3's stored form
+        if constexpr (kGProj) {  // exp2(fma(s - m, c, -log2 l)): the exact-max P
+          const float4 st2 = *reinterpret_cast<const float4*>(&row_st[get<1>(c_rc(0, j))]);
           CUTLASS_PRAGMA_UNROLL
           for (int r = 0; r < kRows; ++r) {
-            if constexpr (kGProj) {  // exp2(fma(s - m, c, -log2 l)): the exact-max P
-              s_rc(r, j + jj) = exp2_approx(fmaf(s_rc(r, j + jj) - st.x, c, -st.y));
-            } else {  // FA3: exp2(fma(s, c, -lse2))
-              s_rc(r, j + jj) = exp2_approx(fmaf(s_rc(r, j + jj), c, -lse2));
-            }
+            s_rc(r, j) = exp2_approx(fmaf(s_rc(r, j) - st2.x, c, -st2.y));
+            s_rc(r, j + 1) = exp2_approx(fmaf(s_rc(r, j + 1) - st2.z, c, -st2.w));
+          }
+        } else if constexpr (Traits::kLse2InRowstate) {
+          // FA3: exp2(fma(s, c, -lse2)), lse2 = m c + log2 l as FA3 stores it, formed once per
+          // row by delta_kernel ({delta, lse2} in rowstate)
+          const float4 dl2 = *reinterpret_cast<const float4*>(&row_dl[get<1>(c_rc(0, j))]);
+          CUTLASS_PRAGMA_UNROLL
+          for (int r = 0; r < kRows; ++r) {
+            s_rc(r, j) = exp2_approx(fmaf(s_rc(r, j), c, -dl2.y));
+            s_rc(r, j + 1) = exp2_approx(fmaf(s_rc(r, j + 1), c, -dl2.w));
+          }
+        } else {  // FA3, lse2 formed here from the stats (bit for bit delta_kernel's)
+          const float4 st2 = *reinterpret_cast<const float4*>(&row_st[get<1>(c_rc(0, j))]);
+          const float lse2_0 = load_row_softmax(make_float2(st2.x, st2.y), c).lse2;
+          const float lse2_1 = load_row_softmax(make_float2(st2.z, st2.w), c).lse2;
+          CUTLASS_PRAGMA_UNROLL
+          for (int r = 0; r < kRows; ++r) {
+            s_rc(r, j) = exp2_approx(fmaf(s_rc(r, j), c, -lse2_0));
+            s_rc(r, j + 1) = exp2_approx(fmaf(s_rc(r, j + 1), c, -lse2_1));
           }
         }
       }

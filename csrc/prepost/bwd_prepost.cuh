@@ -1,5 +1,6 @@
 // Pre- and post-processing of the Hopper KV-outer backward (bwd_kv_sm90.cuh):
-//   delta_kernel:     rowstate = {delta, 0, 0, 0}, delta_i = Σ_d dO_id O_id in fp32 (fa3 mode;
+//   delta_kernel:     rowstate = {delta, lse2, 0, 0}, delta_i = Σ_d dO_id O_id in fp32 and
+//                     lse2 = m c + log2 l, FA3's stored log2-sum-exp, from stats (fa3 mode;
 //                     gproj gets delta together with lambda from the λ pre-pass);
 //   dq_finish_kernel: dQ = alpha * dq_accum rounded once to the input dtype (the KV-outer pass
 //                     adds each key tile's dS~ K, gproj: dS~ K - lambda_hi P~ K, into dq_accum
@@ -13,6 +14,7 @@
 
 #include "../api/params.h"
 #include "../api/variants.h"
+#include "../backward/bwd_common.cuh"
 #include "../common/cuda_check.h"
 #include "../common/device.cuh"
 #include "../common/pdl.cuh"
@@ -64,9 +66,15 @@ __global__ void __launch_bounds__(kPrepostThreads) delta_kernel(const AttnParams
                                *reinterpret_cast<const uint4*>(d), acc);
 #pragma unroll
     for (int m = kLanesPerRow / 2; m > 0; m >>= 1) acc += __shfl_xor_sync(0xffffffff, acc, m);
-    if (ok && threadIdx.x % kLanesPerRow == 0)
-      reinterpret_cast<float4*>(p.rowstate)[rowstat_index(p, b, h, int(row))] =
-          make_float4(acc, 0.f, 0.f, 0.f);
+    if (ok && threadIdx.x % kLanesPerRow == 0) {
+      // (lse2 as bwd_common.cuh's load_row_softmax forms it, bit for bit: the KV-outer pass
+      // takes it from here instead of forming it per column and key tile)
+      const int64_t idx = rowstat_index(p, b, h, int(row));
+      const float c = p.softmax_scale * 1.4426950408889634f;
+      const float lse2 =
+          load_row_softmax(reinterpret_cast<const float2*>(p.stats)[idx], c).lse2;
+      reinterpret_cast<float4*>(p.rowstate)[idx] = make_float4(acc, lse2, 0.f, 0.f);
+    }
   }
   if (rows_done) {
     __syncthreads();  // every thread's zeros and delta are written

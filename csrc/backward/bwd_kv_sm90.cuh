@@ -342,7 +342,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       // has read each buffer and free it for w's next tile (not after the last item: no arrive
       // is left pending). Both buffers start free. With two buffers per warpgroup, the reads
       // waited for are the previous item's (its two groups), and that item's buffers are freed
-      // for the item after this one; the first two items' buffers start free.
+      // for the item after this one; item 0's buffer starts free, item 1's is freed once this
+      // warp has taken item 0 (below: why not from the start).
       static_assert(Traits::kMmaWGs == 2, "the dQ writer serves two consumer warpgroups");
       constexpr int kSub = Traits::kDqSubTiles, kHalf = Traits::kDqHalf;
       const bool leader = threadIdx.x == 32;
@@ -380,6 +381,18 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
                 bulk_reduce_add_f32(g, sdq + sub * kHalf, kHalf * int(sizeof(float)));
               }
               cute::tma_store_arrive();  // commit w's bulk group
+            }
+            // Two buffers: item 1's buffer is free from the start, but w may stage item 1 only
+            // once this warp has passed w's staging barrier for item 0. Otherwise w's two
+            // arrivals can meet in one phase of that barrier (128 + 128 threads of 160, while
+            // this warp still sleeps in its pair_counters wait), the phase completes without
+            // this warp, and it then waits forever for the 32 it is short: the fa3 d = 128
+            // backward hung so, now and then, from session 22 on (its writer's first wait).
+            if constexpr (kBuffers == 2) {
+              if (it == 0 && n_items > 1) {
+                __syncwarp();
+                dq_free_arrive(w, 1);
+              }
             }
           }
           if constexpr (kBuffers == 1) {
@@ -774,7 +787,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         // buffers the one before it) has read it
         if (kBuffers == 1) {
           dq_free_wait(w);
-        } else if (it >= 2) {
+        } else if (it >= 1) {  // (item 1: freed once the writer has taken item 0, see there)
           dq_free_wait(w, it & 1);
         }
         CUTLASS_PRAGMA_UNROLL

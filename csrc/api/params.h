@@ -26,7 +26,9 @@ struct AttnParams {
   // Per-query-row fp32 state, indexed [b * rs_batch_stride + h * rs_head_stride + row]:
   uint64_t lse = 0;           // natural-log LSE of the user's scores (+inf: row sees no key)
   uint64_t stats = 0;         // float2 {raw score max, log2(row sum)}: forward -> backward
-  uint64_t rowstate = 0;      // float4 {delta, lambda hi, lambda lo, delta + lambda (Hopper λ pass; else 0)}: dQ pass -> dK/dV pass
+  // float4 {delta, lambda hi, lambda lo, delta + lambda (Hopper λ pass; else 0)}: dQ pass -> dK/dV
+  // pass (fa3 mode's delta_kernel: {delta, lse2, 0, 0})
+  uint64_t rowstate = 0;
   uint64_t k_shift = 0;       // [batch][head_k][dim] in the input dtype: exact key centering
   uint64_t q_shift = 0;       // [batch][head][dim]: query centering inside the dK GEMM
   uint64_t k_centered = 0;    // centering pre-pass output K' = K - k_shift (kc_stride; 0: skip)

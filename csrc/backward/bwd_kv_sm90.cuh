@@ -74,7 +74,7 @@ struct BwdKvTraits {
   static constexpr bool kProjectsDk = kGProj_ && kAParts == 1;
   // One part with two consumer warpgroups: A from the fp32 P and dS rather than from their
   // rounded copies (no dS~ to round, no unpacking: 2-3 instructions per score fewer), as
-  // P (dP - (delta + lambda)) (two more fewer: the kernel's dS step says why). With three
+  // P (dP - (delta + lambda)), two more fewer (the kernel's dS step says why). With three
   // warpgroups (160 registers) the fp32 values live that long spilled 56 bytes, so there A is
   // still formed from the rounded values.
   static constexpr bool kAFromFp32 = kProjectsDk && !kDqHere_ && kMmaWGs_ == 2;

@@ -682,9 +682,6 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         for (int r = 0; r < kRows; ++r) tile_sum[r] = 0.f;
         // A lane's column pair at a time: the row state of queries qi, qi + 1 in two shared
         // loads, and each part rounded as a pair (one conversion for two values).
-        auto pair = [](auto& t, int r, int j) -> uint32_t& {
-          return *reinterpret_cast<uint32_t*>(&t(r, j));  // (r, j), (r, j + 1): one register
-        };
         CUTLASS_PRAGMA_UNROLL
         for (int j = 0; j < size<1>(p_rc); j += 2) {
           const int qi = get<1>(c_rc(0, j));
@@ -705,23 +702,23 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
               a0 = dp_rc(r, j);
               a1 = dp_rc(r, j + 1);
             } else {
-              const float2 pt = unpack2<T>(pair(p_rc, r, j));
-              const float2 ds = unpack2<T>(pair(ds_rc, r, j));
+              const float2 pt = unpack2<T>(reg_pair(p_rc, r, j));
+              const float2 ds = unpack2<T>(reg_pair(ds_rc, r, j));
               a0 = fmaf(-lo2.x, pt.x, fmaf(-dl2.y, pt.x, ds.x));
               a1 = fmaf(-lo2.y, pt.y, fmaf(-dl2.w, pt.y, ds.y));
             }
             const uint32_t hi = pack2<T>(a0, a1);
-            pair(hi_rc, r, j) = hi;
+            reg_pair(hi_rc, r, j) = hi;
             if constexpr (Traits::kAParts == 2) {
               const float2 hf = unpack2<T>(hi);
-              pair(lo_rc, r, j) = pack2<T>(a0 - hf.x, a1 - hf.y);
+              reg_pair(lo_rc, r, j) = pack2<T>(a0 - hf.x, a1 - hf.y);
             } else if constexpr (Traits::kAParts == 3) {
               const float2 hf = unpack2<T>(hi);
               const float r0 = a0 - hf.x, r1 = a1 - hf.y;
               const uint32_t mid = pack2<T>(r0, r1);
               const float2 mf = unpack2<T>(mid);
-              pair(mid_rc, r, j) = mid;
-              pair(lo_rc, r, j) = pack2<T>(r0 - mf.x, r1 - mf.y);
+              reg_pair(mid_rc, r, j) = mid;
+              reg_pair(lo_rc, r, j) = pack2<T>(r0 - mf.x, r1 - mf.y);
             }
             tile_sum[r] += a0;
             tile_sum[r] += a1;

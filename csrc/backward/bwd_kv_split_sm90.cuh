@@ -385,9 +385,6 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         Tensor p_rc = make_tensor(tOrP.data(), acc_rowcol(tSrS.layout()));
         Tensor hi_rc = make_tensor(tOrAhi.data(), acc_rowcol(tSrS.layout()));
         Tensor lo_rc = make_tensor(tOrAlo.data(), acc_rowcol(tSrS.layout()));
-        auto pair = [](auto& t, int r, int j) -> uint32_t& {
-          return *reinterpret_cast<uint32_t*>(&t(r, j));  // (r, j), (r, j + 1): one register
-        };
         float tile_sum[kRows];
         CUTLASS_PRAGMA_UNROLL
         for (int r = 0; r < kRows; ++r) tile_sum[r] = 0.f;
@@ -398,14 +395,14 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
           const float2 lo2 = *reinterpret_cast<const float2*>(&row_lo[qi]);
           CUTLASS_PRAGMA_UNROLL
           for (int r = 0; r < kRows; ++r) {
-            const float2 pt = unpack2<T>(pair(p_rc, r, j));
-            const float2 ds = unpack2<T>(pair(hi_rc, r, j));  // (still dS~ here)
+            const float2 pt = unpack2<T>(reg_pair(p_rc, r, j));
+            const float2 ds = unpack2<T>(reg_pair(hi_rc, r, j));  // (still dS~ here)
             const float a0 = fmaf(-lo2.x, pt.x, fmaf(-dl2.y, pt.x, ds.x));
             const float a1 = fmaf(-lo2.y, pt.y, fmaf(-dl2.w, pt.y, ds.y));
             const uint32_t hi = pack2<T>(a0, a1);
             const float2 hf = unpack2<T>(hi);
-            pair(hi_rc, r, j) = hi;
-            pair(lo_rc, r, j) = pack2<T>(a0 - hf.x, a1 - hf.y);
+            reg_pair(hi_rc, r, j) = hi;
+            reg_pair(lo_rc, r, j) = pack2<T>(a0 - hf.x, a1 - hf.y);
             tile_sum[r] += a0;
             tile_sum[r] += a1;
           }

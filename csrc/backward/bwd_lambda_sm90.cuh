@@ -420,15 +420,13 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
           // shift and a mask, where an element at a time took a PRMT more for the high half)
           Tensor p_rc = make_tensor(tOrP.data(), acc_rowcol(tSrS.layout()));
           Tensor ds_rc = make_tensor(tOrDS.data(), acc_rowcol(tSrDP.layout()));
-          auto pair = [](auto& t, int r, int j) {
-            return *reinterpret_cast<const uint32_t*>(&t(r, j));
-          };
           CUTLASS_PRAGMA_UNROLL
           for (int r = 0; r < kRows; ++r) {
             float rt = 0.f, st = 0.f;
             CUTLASS_PRAGMA_UNROLL
             for (int j = 0; j < size<1>(p_rc); j += 2) {
-              const float2 d2 = unpack2<T>(pair(ds_rc, r, j)), p2 = unpack2<T>(pair(p_rc, r, j));
+              const float2 d2 = unpack2<T>(reg_pair(ds_rc, r, j));
+              const float2 p2 = unpack2<T>(reg_pair(p_rc, r, j));
               rt += d2.x;
               rt += d2.y;
               st += p2.x;

@@ -161,6 +161,14 @@ __device__ __forceinline__ auto acc_rowcol(L l) {
                      make_layout(get<0>(l0), get<2>(l0), get<2>(l)));
 }
 
+// The register holding the 16-bit pair (r, j), (r, j + 1) (j even) of a row/column view of a
+// 16-bit copy of an accumulator: a lane's adjacent columns share one 32-bit register, so a pair
+// is converted, unpacked or stored as one value.
+template <class T>
+__device__ __forceinline__ uint32_t& reg_pair(T& t, int r, int j) {
+  return *reinterpret_cast<uint32_t*>(&t(r, j));
+}
+
 // Masks a row/column view of an accumulator (with its coordinates, the same view of an identity
 // tensor) by one range of visible columns per row: the element at column offset `off` from the
 // lane's first column keeps its value iff lo <= off < hi, where row_bounds(row, first column,

@@ -842,6 +842,28 @@ def test_cuda_key_centering_equals_reference(dtype, d):
     assert torch.equal(kc, rkc) and torch.equal(shift, rshift)
 
 
+@pytest.mark.parametrize("d", HDIMS)
+def test_cuda_centering_of_a_large_k_equals_reference(d):
+    """The range pass loads its rows 8 at a time per thread (since session 24), in blocks of 256
+    rows: on a K of several waves of blocks (4 x 4196 rows x 8 heads, the last block of each
+    sequence 100 rows, so a partial batch), keys (exact rule) and queries (approx rule) bitwise
+    the reference, on three calls."""
+    from gproj_cuda.centering import center_keys, query_shift
+    from gproj_cuda.ops import center_keys_cuda
+    g = torch.Generator(device=DEV).manual_seed(d + 7)
+    w = (torch.randint(0, 2, (8, d), generator=g, device=DEV) * 2 - 1).float()
+    k = (torch.randn(4, 4196, 8, d, generator=g, device=DEV) + 50 * w).to(torch.bfloat16)
+    k[:, :, :, :3] = torch.randn(4, 4196, 8, 3, generator=g, device=DEV).to(torch.bfloat16)
+    rkc, rshift = center_keys(k)
+    rqshift = query_shift(k, None)
+    assert (rshift[..., 3:] != 0).float().mean() > 0.9 and (rshift[..., :3] == 0).all()
+    for _ in range(3):
+        kc, shift = center_keys_cuda(k, None, None)
+        _, qshift = center_keys_cuda(k, None, None, shift_only=True, approx=True)
+        assert torch.equal(shift, rshift) and torch.equal(kc, rkc)
+        assert torch.equal(qshift, rqshift)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "fp16"])
 @pytest.mark.parametrize("d", HDIMS)
 def test_cuda_query_centering_equals_reference(dtype, d):

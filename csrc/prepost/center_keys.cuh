@@ -39,12 +39,18 @@ template <typename T2> __device__ __forceinline__ T2 packed_pair(float x);
 template <> __device__ __forceinline__ __nv_bfloat162 packed_pair(float x) { return __floats2bfloat162_rn(x, x); }
 template <> __device__ __forceinline__ __half2 packed_pair(float x) { return __floats2half2_rn(x, x); }
 
-// Eight blocks per SM (32 registers, 8 KB of shared memory at d <= 128): the grid of a
-// 16k-token K (1024 blocks at d = 128) is then one wave. Nsight Compute, session 12, with 42
-// registers (fp32 min/max) and 16 KB (no warp pre-reduction): five blocks per SM, 1.55 waves,
-// 50% occupancy, DRAM 53% busy, 27 us.
+// Rows loaded kRangeBatch at a time, every load of a batch issued before the first min/max, so
+// that a thread has 8 x 16 bytes in flight. Why: with one load in flight per thread (the loop's
+// min/max waits for it) eight blocks of 256 threads keep 32 KB per SM in flight, which at ~1.5 us
+// of DRAM latency under load is ~2.8 TB/s: what the pass measured (session 18, 24 us for 64 MB;
+// `#pragma unroll 4` then changed nothing, at the 32 registers of eight blocks per SM: 4 loads
+// do not fit in them). Four blocks per SM (64 registers) with 8 loads each keep 128 KB in flight.
+// Measured (bench/NOTES.md session 24 item 6): ~3 us less per call, -0.5% of the gproj forward
+// at N = 2k, both directions; under half of what 4 TB/s would give.
+// (Nsight Compute, session 12, before the warp pre-reduction: five blocks per SM, DRAM 53% busy.)
+constexpr int kRangeBatch = 8;
 template <typename T, int D>
-__global__ void __launch_bounds__(256, 8) key_range_kernel(const AttnParams p, uint32_t* lo_enc,
+__global__ void __launch_bounds__(256, 4) key_range_kernel(const AttnParams p, uint32_t* lo_enc,
                                                            uint32_t* hi_enc) {
   constexpr int kThreadsPerRow = D / 8, kRowsInFlight = 256 / kThreadsPerRow;
   const GridTile gt = block_tile(p, p.cu_seqlens_k, p.heads_k);
@@ -61,12 +67,22 @@ __global__ void __launch_bounds__(256, 8) key_range_kernel(const AttnParams p, u
   T2 lo[4], hi[4];
 #pragma unroll
   for (int e = 0; e < 4; ++e) lo[e] = inf2, hi[e] = ninf2;
-  for (int r = r0 + threadIdx.x / kThreadsPerRow; r < min(r0 + kCenterRows, seq.nk);
-       r += kRowsInFlight) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(base + int64_t(seq.k_start + r) * p.k_stride[1]);
-    const T2* w = reinterpret_cast<const T2*>(&raw);
+  const int r_end = min(r0 + kCenterRows, seq.nk);
+  for (int rb = r0 + threadIdx.x / kThreadsPerRow; rb < r_end; rb += kRangeBatch * kRowsInFlight) {
+    uint4 raw[kRangeBatch];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) lo[e] = __hmin2(lo[e], w[e]), hi[e] = __hmax2(hi[e], w[e]);
+    for (int i = 0; i < kRangeBatch; ++i) {  // (rows past the end: neither loaded nor reduced)
+      const int r = rb + i * kRowsInFlight;
+      raw[i] = r < r_end ? *reinterpret_cast<const uint4*>(base + int64_t(seq.k_start + r) * p.k_stride[1])
+                         : make_uint4(0u, 0u, 0u, 0u);
+    }
+#pragma unroll
+    for (int i = 0; i < kRangeBatch; ++i) {
+      if (rb + i * kRowsInFlight >= r_end) break;
+      const T2* w = reinterpret_cast<const T2*>(&raw[i]);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) lo[e] = __hmin2(lo[e], w[e]), hi[e] = __hmax2(hi[e], w[e]);
+    }
   }
   // Reduce over the block's rows: first the warp's rows (lanes kThreadsPerRow apart share
   // columns), then the 8 warps in shared memory, then one atomic per coordinate and block:

@@ -2,8 +2,9 @@
 
 A handshake race between warp roles (a barrier phase missed, a count read early) shows up as a
 hang after some thousands of calls, or as a gradient that differs from the case's first call by
-far more than reduce-add reordering. Each case runs for SECONDS (or CALLS calls), with no sync
-between calls but one every 64, so that passes overlap their predecessors' tails as in training.
+far more than reduce-add reordering. Each case runs for SECONDS, with no sync between calls but
+one every 64, so that passes overlap their predecessors' tails as in training. (The varlen case is
+tests/test_gpu.py's predecessor-tail one.)
 Run it under `timeout`: a hang is then the last case printed without its result line.
 
 Usage (repository on PYTHONPATH): python scripts/bwd_stress.py [SECONDS] [case ...]

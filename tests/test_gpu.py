@@ -6,6 +6,9 @@ draws. Skipped without a usable GPU and the compiled extension.
 
 import itertools
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -280,9 +283,6 @@ def test_hopper_backward_thousands_of_calls_do_not_hang():
     its first call's (reduce-add reordering only)."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("needs a Hopper GPU")
-    import os
-    import subprocess
-    import sys
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     cases = ["128,1024,causal,fa3", "128,0,varlen,fa3", "64,2048,causal,gproj",
              "256,2048,causal,gproj"]

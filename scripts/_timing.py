@@ -30,7 +30,9 @@ class Case:
     """One forward problem: random bf16 q of shape (B, N, H, d), k and v of (B, N, H_k, d),
     H_k = H (or H / 8 with gqa, as bench/speed.py's GQA shapes). Varlen ("d,vM"): 16k tokens
     packed into sequences of mean length M drawn as bench/speed.py draws them (the same lengths),
-    q of (total, H, d), cu_seqlens in `cu`, N the longest length."""
+    q of (total, H, d), cu_seqlens in `cu`, N the longest length. AB_KMEAN=x (environment): keys
+    N(0,1) + x w, w a fixed random +-1 per (head, coordinate), the SPEC grid's key offset (the
+    gproj centering then shifts every coordinate and writes K')."""
     d: int
     n: int
     causal: bool
@@ -53,6 +55,11 @@ class Case:
             self.B = max(1, 16384 // self.n)
             mk = lambda h: torch.randn(self.B, self.n, h, self.d, device="cuda", dtype=torch.bfloat16)
         self.q, self.k, self.v = mk(self.H), mk(self.Hk), mk(self.Hk)
+        kmean = float(os.environ.get("AB_KMEAN", "0"))
+        if kmean:  # keys with a common offset, as the SPEC's stress grid (kmean * a fixed +-1 w)
+            g = torch.Generator(device="cuda").manual_seed(0)
+            w = torch.randint(0, 2, (self.Hk, self.d), generator=g, device="cuda") * 2 - 1
+            self.k = (self.k.float() + kmean * w).to(torch.bfloat16)
         self.scale, self.window_right = self.d ** -0.5, (0 if self.causal else -1)
 
     @classmethod

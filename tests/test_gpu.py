@@ -864,6 +864,47 @@ def test_cuda_centering_of_a_large_k_equals_reference(d):
         assert torch.equal(qshift, rqshift)
 
 
+@pytest.mark.parametrize("full_read", [False, True], ids=["probe", "full_read"])
+@pytest.mark.parametrize("d", HDIMS)
+def test_key_range_probe_stops_only_where_the_shift_is_zero(d, full_read, monkeypatch):
+    """The keys' range pass stops after a probe of each block's first 64 rows where they leave
+    every coordinate unshifted (since session 25; GPROJ_FWD_AB=64: every row read). On a K of
+    about one wave of multi-chunk blocks, dense and varlen: random heads (the probe stops), heads
+    offset in every coordinate (it cannot), and offset heads where one row per sequence, placed
+    anywhere past the probes (a block's second chunk, the last row, just past a probe), undoes
+    one coordinate's shift: missing any row would leave that coordinate shifted. Shift, K' and
+    the lazy flags bitwise the reference."""
+    from gproj_cuda.centering import center_keys
+    from gproj_cuda.ops import center_keys_cuda
+    if full_read:
+        monkeypatch.setenv("GPROJ_FWD_AB", "64")
+    g = torch.Generator(device=DEV).manual_seed(d + 11)
+    nb, n, h = 4, 4196, 8
+    w = (torch.randint(0, 2, (h, d), generator=g, device=DEV) * 2 - 1).float()
+    k = torch.randn(nb, n, h, d, generator=g, device=DEV) + 50 * w
+    k[:, :, :2] -= 50 * w[:2]  # heads 0, 1: no offset
+    rows = torch.randint(64, n, (nb, h - 4), generator=g, device=DEV)
+    rows[0, 0], rows[1, 0], rows[2, 0] = n - 1, 256 + 64, 64
+    for bi in range(nb):
+        for j in range(h - 4):  # heads 4..7: one row flips coordinate j's sign
+            k[bi, rows[bi, j], 4 + j, j] = -50 * w[4 + j, j]
+    k = k.to(torch.bfloat16)
+    cu = torch.tensor([0, 100, 8392, 12588, nb * n], dtype=torch.int32, device=DEV)
+    for kk, cuk, mk in ((k, None, None), (k.reshape(nb * n, h, d), cu, 8292)):
+        rkc, rshift = center_keys(kk, cuk)
+        nseq = rshift.shape[0]
+        assert (rshift[:, :2] == 0).all() and (rshift[:, 2:4] != 0).float().mean() > 0.9
+        if cuk is None:
+            assert all((rshift[bi, 4 + j, j] == 0).item() for bi in range(nb) for j in range(h - 4))
+        for _ in range(2):
+            kc, shift = center_keys_cuda(kk, cuk, mk)
+            assert torch.equal(shift, rshift) and torch.equal(kc, rkc)
+            flags = torch.full((nseq, h), -1, dtype=torch.int32, device=DEV)
+            kc_lazy, shift = center_keys_cuda(kk, cuk, mk, flags=flags)
+            assert torch.equal(shift, rshift)
+            assert torch.equal(flags, (rshift != 0).any(-1).int())
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "fp16"])
 @pytest.mark.parametrize("d", HDIMS)
 def test_cuda_query_centering_equals_reference(dtype, d):

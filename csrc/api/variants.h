@@ -68,14 +68,17 @@ inline int tile_order() {
 //      one-tile grid's order), not groups of pairs whose K and V fill half of L2;
 //  32: (backward) the Hopper passes store dK, dV (and gproj's Q-outer pass dQ) from their
 //      accumulators, 4 bytes per store (before session 19), not through shared memory
-//      (stage_and_store_rows, csrc/common/sm90.cuh).
-// Written as a decimal number (1 to 63).
+//      (stage_and_store_rows, csrc/common/sm90.cuh);
+//  64: the keys' centering range pass reads every row (before session 25), without the probe that
+//      stops it where a block's first rows already leave every coordinate unshifted
+//      (csrc/prepost/center_keys.cuh).
+// Written as a decimal number (1 to 127).
 inline int fwd_ab() {
   const char* v = std::getenv("GPROJ_FWD_AB");
   if (v == nullptr) return 0;
   char* end = nullptr;
   const long bits = std::strtol(v, &end, 10);
-  return end != v && *end == '\0' && bits >= 1 && bits <= 63 ? int(bits) : 0;
+  return end != v && *end == '\0' && bits >= 1 && bits <= 127 ? int(bits) : 0;
 }
 
 // GPROJ_BWD_VARIANT for A/B runs of the gproj Hopper backward (fa3 mode: only variant 9):

@@ -13,9 +13,14 @@
 //      read of K instead of two reads and a write.
 // The backward needs K' for the same shift: handed the forward's (k_shift_given), it runs step 2
 // alone.
-// Reads K twice and writes it once: ~3 |K| bytes, about 1% of a forward pass at N = 4096.
+// Reads K twice and writes it once: ~3 |K| bytes, about 1% of a forward pass at N = 4096. Keys
+// with no common offset in any coordinate (random keys, zero-mean ones) let the range pass stop
+// after a probe of 64 rows per block (key_range_kernel says why that is exact): ~1/8 of K read.
 #pragma once
 #include <cuda_runtime.h>
+
+#include <algorithm>
+#include <type_traits>
 
 #include "../api/params.h"
 #include "../common/cuda_check.h"
@@ -39,6 +44,13 @@ template <typename T2> __device__ __forceinline__ T2 packed_pair(float x);
 template <> __device__ __forceinline__ __nv_bfloat162 packed_pair(float x) { return __floats2bfloat162_rn(x, x); }
 template <> __device__ __forceinline__ __half2 packed_pair(float x) { return __floats2half2_rn(x, x); }
 
+// The keys' rule: every key's coordinate in [c/2, 2c] for c the midpoint (Sterbenz: k - c exact).
+// Monotone in the range: once false for some of a coordinate's keys, false for all of them (a
+// wider range only lowers lo and raises hi), which is what lets the range pass stop early.
+__device__ __forceinline__ bool key_coordinate_shifted(float lo, float hi) {
+  return (lo > 0.f && hi <= 2.f * lo) || (hi < 0.f && lo >= 2.f * hi);
+}
+
 // Rows loaded kRangeBatch at a time, every load of a batch issued before the first min/max, so
 // that a thread has 8 x 16 bytes in flight. Why: with one load in flight per thread (the loop's
 // min/max waits for it) eight blocks of 256 threads keep 32 KB per SM in flight, which at ~1.5 us
@@ -49,14 +61,28 @@ template <> __device__ __forceinline__ __half2 packed_pair(float x) { return __f
 // at N = 2k, both directions; under half of what 4 TB/s would give.
 // (Nsight Compute, session 12, before the warp pre-reduction: five blocks per SM, DRAM 53% busy.)
 constexpr int kRangeBatch = 8;
+constexpr int kRangeBlocksPerSm = 4;  // (the kernel's __launch_bounds__)
+// The probe (keys only, `probe`): a block first reduces its first 64 rows alone. Where those
+// already leave every coordinate unshifted (keys of both signs, or spread past a factor of 2: any
+// zero-mean coordinate of a few rows), the whole (sequence, head) is unshifted, by the rule's
+// monotonicity: the block publishes that range and stops, and the shift comes out 0 as from the
+// full range (the center kernel reads only the merged ranges; an unshifted coordinate's midpoint
+// is never used). Keys with a common offset in any coordinate (what centering is for) find
+// nothing to stop on and read everything, as before, plus one block reduction. With the probe,
+// blocks take several 256-row chunks each (rows_per_block), so that the grid is about one wave:
+// every block probes at once, instead of a second wave reading its chunks in full while the first
+// wave's probes have already decided.
+constexpr int kProbeRows = 64;
 template <typename T, int D>
-__global__ void __launch_bounds__(256, 4) key_range_kernel(const AttnParams p, uint32_t* lo_enc,
-                                                           uint32_t* hi_enc) {
+__global__ void __launch_bounds__(256, kRangeBlocksPerSm)
+    key_range_kernel(const AttnParams p, int rows_per_block, bool probe, uint32_t* lo_enc,
+                     uint32_t* hi_enc) {
   constexpr int kThreadsPerRow = D / 8, kRowsInFlight = 256 / kThreadsPerRow;
+  constexpr int kProbeBatch = kProbeRows / kRowsInFlight;  // 2, 4, 8 row sets at d = 64, 128, 256
   const GridTile gt = block_tile(p, p.cu_seqlens_k, p.heads_k);
   const int chunk = gt.tile, hk = gt.head, b = gt.batch;
   const SeqBounds seq(p, b);
-  const int r0 = chunk * kCenterRows;
+  const int r0 = chunk * rows_per_block;
   if (r0 >= seq.nk) return;
   const int col = (threadIdx.x % kThreadsPerRow) * 8;
   const T* base = reinterpret_cast<const T*>(p.k) + b * p.k_stride[0] + hk * p.k_stride[2] + col;
@@ -67,55 +93,79 @@ __global__ void __launch_bounds__(256, 4) key_range_kernel(const AttnParams p, u
   T2 lo[4], hi[4];
 #pragma unroll
   for (int e = 0; e < 4; ++e) lo[e] = inf2, hi[e] = ninf2;
-  const int r_end = min(r0 + kCenterRows, seq.nk);
-  for (int rb = r0 + threadIdx.x / kThreadsPerRow; rb < r_end; rb += kRangeBatch * kRowsInFlight) {
-    uint4 raw[kRangeBatch];
+  const int r_end = min(r0 + rows_per_block, seq.nk);
+  // kB row sets from row rb on, kRowsInFlight apart, into lo / hi (rows past the end: neither
+  // loaded nor reduced)
+  auto take_rows = [&](int rb, auto batch) {
+    constexpr int kB = decltype(batch)::value;
+    uint4 raw[kB];
 #pragma unroll
-    for (int i = 0; i < kRangeBatch; ++i) {  // (rows past the end: neither loaded nor reduced)
+    for (int i = 0; i < kB; ++i) {
       const int r = rb + i * kRowsInFlight;
       raw[i] = r < r_end ? *reinterpret_cast<const uint4*>(base + int64_t(seq.k_start + r) * p.k_stride[1])
                          : make_uint4(0u, 0u, 0u, 0u);
     }
 #pragma unroll
-    for (int i = 0; i < kRangeBatch; ++i) {
+    for (int i = 0; i < kB; ++i) {
       if (rb + i * kRowsInFlight >= r_end) break;
       const T2* w = reinterpret_cast<const T2*>(&raw[i]);
 #pragma unroll
       for (int e = 0; e < 4; ++e) lo[e] = __hmin2(lo[e], w[e]), hi[e] = __hmax2(hi[e], w[e]);
     }
-  }
+  };
   // Reduce over the block's rows: first the warp's rows (lanes kThreadsPerRow apart share
-  // columns), then the 8 warps in shared memory, then one atomic per coordinate and block:
-  // thousands of blocks hitting the same few addresses otherwise serialize on the atomics.
-#pragma unroll
-  for (int m = kThreadsPerRow; m < 32; m *= 2) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      lo[e] = __hmin2(lo[e], __shfl_xor_sync(0xffffffffu, lo[e], m));
-      hi[e] = __hmax2(hi[e], __shfl_xor_sync(0xffffffffu, hi[e], m));
-    }
-  }
+  // columns; lo / hi stay ranges of the block's own keys, so rows may still be added after), then
+  // the 8 warps in shared memory, then one atomic per coordinate and block: thousands of blocks
+  // hitting the same few addresses otherwise serialize on the atomics. only_if_unshifted (the
+  // probe): publish and return true only where the block's range leaves every coordinate
+  // unshifted. (Called by every thread: it holds two block barriers.)
   constexpr int kWarps = 256 / 32;
   __shared__ float s_lo[kWarps][D], s_hi[kWarps][D];
-  const int warp = threadIdx.x / 32;
-  if (threadIdx.x % 32 < kThreadsPerRow) {
+  auto reduce_and_publish = [&](bool only_if_unshifted) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float2 l = unpack2<T>(*reinterpret_cast<const uint32_t*>(&lo[e]));
-      const float2 h = unpack2<T>(*reinterpret_cast<const uint32_t*>(&hi[e]));
-      s_lo[warp][col + 2 * e] = l.x, s_lo[warp][col + 2 * e + 1] = l.y;
-      s_hi[warp][col + 2 * e] = h.x, s_hi[warp][col + 2 * e + 1] = h.y;
+    for (int m = kThreadsPerRow; m < 32; m *= 2) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        lo[e] = __hmin2(lo[e], __shfl_xor_sync(0xffffffffu, lo[e], m));
+        hi[e] = __hmax2(hi[e], __shfl_xor_sync(0xffffffffu, hi[e], m));
+      }
     }
-  }
-  __syncthreads();
-  for (int d = threadIdx.x; d < D; d += 256) {
-    float l = INFINITY, h = -INFINITY;
+    const int warp = threadIdx.x / 32;
+    // (after a probe, its __syncthreads_and has followed every thread's reads of s_lo / s_hi)
+    if (threadIdx.x % 32 < kThreadsPerRow) {
 #pragma unroll
-    for (int r = 0; r < kWarps; ++r) l = fminf(l, s_lo[r][d]), h = fmaxf(h, s_hi[r][d]);
-    const int64_t slot = (int64_t(b) * p.heads_k + hk) * D + d;
-    atomicMax(lo_enc + slot, ~enc_order(l));  // min as the max of the complement
-    atomicMax(hi_enc + slot, enc_order(h));
+      for (int e = 0; e < 4; ++e) {
+        const float2 l = unpack2<T>(*reinterpret_cast<const uint32_t*>(&lo[e]));
+        const float2 h = unpack2<T>(*reinterpret_cast<const uint32_t*>(&hi[e]));
+        s_lo[warp][col + 2 * e] = l.x, s_lo[warp][col + 2 * e + 1] = l.y;
+        s_hi[warp][col + 2 * e] = h.x, s_hi[warp][col + 2 * e + 1] = h.y;
+      }
+    }
+    __syncthreads();
+    const int d = threadIdx.x;  // (D <= 256: one coordinate per thread at most)
+    float l = INFINITY, h = -INFINITY;
+    if (d < D) {
+#pragma unroll
+      for (int r = 0; r < kWarps; ++r) l = fminf(l, s_lo[r][d]), h = fmaxf(h, s_hi[r][d]);
+    }
+    if (only_if_unshifted && !__syncthreads_and(d >= D || !key_coordinate_shifted(l, h)))
+      return false;
+    if (d < D) {
+      const int64_t slot = (int64_t(b) * p.heads_k + hk) * D + d;
+      atomicMax(lo_enc + slot, ~enc_order(l));  // min as the max of the complement
+      atomicMax(hi_enc + slot, enc_order(h));
+    }
+    return true;
+  };
+  static_assert(D <= 256 && kProbeRows % kRowsInFlight == 0, "one coordinate per thread");
+  int rb = r0 + threadIdx.x / kThreadsPerRow;
+  if (probe) {
+    take_rows(rb, std::integral_constant<int, kProbeBatch>{});
+    rb += kProbeBatch * kRowsInFlight;
+    if (reduce_and_publish(true)) return;
   }
+  for (; rb < r_end; rb += kRangeBatch * kRowsInFlight) take_rows(rb, std::integral_constant<int, kRangeBatch>{});
+  reduce_and_publish(false);
 }
 
 template <typename T, int D>
@@ -147,7 +197,7 @@ __global__ void __launch_bounds__(256) center_kernel(const AttnParams p, const u
       // costs one rounding of the centered query instead. Empty or non-finite ranges: 0.
       shifted = isfinite(lo) && isfinite(hi) && isfinite(mid) && fabsf(mid) > 0.125f * (hi - lo);
     } else {  // keys (the scores): all keys in [c/2, 2c], so that k - c is exact (Sterbenz)
-      shifted = (lo > 0.f && hi <= 2.f * lo) || (hi < 0.f && lo >= 2.f * hi);
+      shifted = key_coordinate_shifted(lo, hi);
     }
     c[e] = shifted ? mid : 0.f;
   }
@@ -187,6 +237,8 @@ __global__ void __launch_bounds__(256) center_kernel(const AttnParams p, const u
 // K' = K - c and c, for every sequence and kv head. `workspace`: 2 * batch * heads_k * D uint32.
 // With p.k_shift_given, c is read from k_shift (the forward's pre-pass wrote it from the same K):
 // no workspace, no range pass; K' and the lazy flags come out bitwise as the forward's.
+// GPROJ_FWD_AB bit 64: the keys' range pass without the probe (one 256-row chunk per block, every
+// row read), as before session 25.
 template <typename T, int D>
 void center_keys_impl(const AttnParams& p) {
   cudaStream_t stream = reinterpret_cast<cudaStream_t>(p.stream);
@@ -200,7 +252,19 @@ void center_keys_impl(const AttnParams& p) {
     hi = lo + n;
     check_cuda(cudaMemsetAsync(lo, 0x00, 2 * n * sizeof(uint32_t), stream),  // lo and hi
                "center keys: memset");
-    key_range_kernel<T, D><<<grid, 256, 0, stream>>>(q, lo, hi);
+    // The probe only for the keys' rule: the queries' (center_approx) is not monotone.
+    const bool probe = !p.center_approx && !(p.fwd_ab & 64);
+    int rows = kCenterRows;
+    if (probe) {  // chunks per block: about one wave of blocks (kRangeBlocksPerSm per SM)
+      const int64_t rows_all = p.cu_seqlens_k ? int64_t(p.total_k) : int64_t(p.batch) * p.seqlen_k;
+      const int64_t chunks = (rows_all / kCenterRows + p.batch) * p.heads_k;
+      const int64_t wave = int64_t(kRangeBlocksPerSm) * std::max(p.num_sms, 1);
+      rows *= int(std::min<int64_t>((chunks + wave - 1) / wave, 1 << 16));
+    }
+    AttnParams qr = p;
+    dim3 rgrid(max(1, (p.seqlen_k + rows - 1) / rows), p.heads_k, p.batch);
+    slot_grid(qr, rows, p.total_k, p.heads_k, rgrid);  // (varlen)
+    key_range_kernel<T, D><<<rgrid, 256, 0, stream>>>(qr, rows, probe, lo, hi);
     check_cuda(cudaGetLastError(), "center keys: range");
   }
   center_kernel<T, D><<<grid, 256, 0, stream>>>(q, lo, hi);

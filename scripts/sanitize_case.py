@@ -30,6 +30,26 @@ if os.environ.get("SANITIZE_ONLY_VARLEN") == "1":
                 o.backward(torch.randn_like(o))
     torch.cuda.synchronize()
     raise SystemExit(0)
+# The centering pre-passes (session 25: the keys' range probe, blocks of several chunks) alone:
+# random and offset keys, dense (one and several chunks per block) and varlen with empty
+# sequences, the keys' and the queries' rules, lazy flags and a given shift
+if os.environ.get("SANITIZE_ONLY_CENTERING") == "1":
+    from gproj_cuda.ops import center_keys_cuda
+    lens = [0, 1, 127, 300, 0, 4196, 65]
+    cu = torch.tensor([0] + list(itertools.accumulate(lens)), dtype=torch.int32, device="cuda")
+    for d in (64, 128, 256):
+        for offset in (0.0, 50.0):
+            for shape, cuk, mk in (((2, 333, 3, d), None, None), ((4, 4196, 8, d), None, None),
+                                   ((sum(lens), 3, d), cu, max(lens))):
+                k = (torch.randn(*shape, device="cuda") + offset).to(torch.bfloat16)
+                nseq = shape[0] if cuk is None else len(lens)
+                flags = torch.empty((nseq, shape[-2]), dtype=torch.int32, device="cuda")
+                _, shift = center_keys_cuda(k, cuk, mk, flags=flags)
+                center_keys_cuda(k, cuk, mk, flags=flags, shift=shift)
+                center_keys_cuda(k, cuk, mk, approx=True)
+                center_keys_cuda(k, cuk, mk, shift_only=True, approx=True)
+    torch.cuda.synchronize()
+    raise SystemExit(0)
 # The persistent forward's tile counter (session 15) alone: more query tiles than SMs under a
 # causal mask, over as many keys and over fewer (the top tiles see none), every head dim and mode
 if os.environ.get("SANITIZE_ONLY_TILES") == "1":

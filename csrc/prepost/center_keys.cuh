@@ -168,54 +168,38 @@ __global__ void __launch_bounds__(256, kRangeBlocksPerSm)
   reduce_and_publish(false);
 }
 
-// Blocks of rows_per_block rows (several 256-row chunks where K is large: about one wave, see
-// centering_rows_per_block), so that where nothing is centered (lazy, every shift 0: what random
-// keys and zero-mean queries get) the kernel is one wave of blocks that read the ranges and exit.
-// Before (session 25: 38 registers, so six blocks per SM) 1024 blocks of 256 rows at 16k rows x
-// 16 heads took two such waves, ~6.7 us per call for no work. (Seven or eight blocks per SM: 32
-// registers, which spill 16 bytes.)
-constexpr int kCenterBlocksPerSm = 6;
 template <typename T, int D>
-__global__ void __launch_bounds__(256, kCenterBlocksPerSm)
-    center_kernel(const AttnParams p, int rows_per_block, const uint32_t* lo_enc,
-                  const uint32_t* hi_enc) {
+__global__ void __launch_bounds__(256) center_kernel(const AttnParams p, const uint32_t* lo_enc,
+                                                     const uint32_t* hi_enc) {
   constexpr int kThreadsPerRow = D / 8, kRowsInFlight = 256 / kThreadsPerRow;
   const GridTile gt = block_tile(p, p.cu_seqlens_k, p.heads_k);
   const int chunk = gt.tile, hk = gt.head, b = gt.batch;
   const SeqBounds seq(p, b);
-  const int r0 = chunk * rows_per_block;
+  const int r0 = chunk * kCenterRows;
   const int col = (threadIdx.x % kThreadsPerRow) * 8;
   const int64_t slot = (int64_t(b) * p.heads_k + hk) * D + col;
   float c[8];
   T* shift = reinterpret_cast<T*>(p.k_shift) + slot;
-  if (p.k_shift_given) {  // the forward's pre-pass found c from the same K and wrote it
-    const uint4 raw = *reinterpret_cast<const uint4*>(shift);  // (8 values, 16-byte aligned)
-    const T* v = reinterpret_cast<const T*>(&raw);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) c[e] = to_float(v[e]);
-  } else {
-    uint32_t lo_raw[8], hi_raw[8];  // (two 16-byte loads each: slot is a multiple of 8)
-    *reinterpret_cast<uint4*>(&lo_raw[0]) = *reinterpret_cast<const uint4*>(lo_enc + slot);
-    *reinterpret_cast<uint4*>(&lo_raw[4]) = *reinterpret_cast<const uint4*>(lo_enc + slot + 4);
-    *reinterpret_cast<uint4*>(&hi_raw[0]) = *reinterpret_cast<const uint4*>(hi_enc + slot);
-    *reinterpret_cast<uint4*>(&hi_raw[4]) = *reinterpret_cast<const uint4*>(hi_enc + slot + 4);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      const float lo = dec_order(~lo_raw[e]), hi = dec_order(hi_raw[e]);
-      const float mid = to_float(from_float<T>(0.5f * (lo + hi)));
-      bool shifted;
-      if (p.center_approx) {
-        // Queries (only the dK GEMM's operand): any offset above an eighth of the range goes,
-        // the subtraction rounded where it is not exact. A query offset left in Q' multiplies the
-        // row residual of the once-rounded A in every dK_j (up to 2x the error of the exact forms
-        // at N(0,1) + 6, which the exact rule cannot center: bench/NOTES.md session 17); rounding
-        // Q - c costs one rounding of the centered query instead. Empty or non-finite ranges: 0.
-        shifted = isfinite(lo) && isfinite(hi) && isfinite(mid) && fabsf(mid) > 0.125f * (hi - lo);
-      } else {  // keys (the scores): all keys in [c/2, 2c], so that k - c is exact (Sterbenz)
-        shifted = key_coordinate_shifted(lo, hi);
-      }
-      c[e] = shifted ? mid : 0.f;
+  for (int e = 0; e < 8; ++e) {
+    if (p.k_shift_given) {  // the forward's pre-pass found c from the same K and wrote it
+      c[e] = to_float(shift[e]);
+      continue;
     }
+    const float lo = dec_order(~lo_enc[slot + e]), hi = dec_order(hi_enc[slot + e]);
+    const float mid = to_float(from_float<T>(0.5f * (lo + hi)));
+    bool shifted;
+    if (p.center_approx) {
+      // Queries (only the dK GEMM's operand): any offset above an eighth of the range goes, the
+      // subtraction rounded where it is not exact. A query offset left in Q' multiplies the row
+      // residual of the once-rounded A in every dK_j (up to 2x the error of the exact forms at
+      // N(0,1) + 6, which the exact rule cannot center: bench/NOTES.md session 17); rounding Q - c
+      // costs one rounding of the centered query instead. Empty or non-finite ranges: 0.
+      shifted = isfinite(lo) && isfinite(hi) && isfinite(mid) && fabsf(mid) > 0.125f * (hi - lo);
+    } else {  // keys (the scores): all keys in [c/2, 2c], so that k - c is exact (Sterbenz)
+      shifted = key_coordinate_shifted(lo, hi);
+    }
+    c[e] = shifted ? mid : 0.f;
   }
   bool write_kc = p.k_centered != 0;
   if (p.k_center_flags) {  // lazy: K' only where something is centered (every block decides alike)
@@ -234,7 +218,7 @@ __global__ void __launch_bounds__(256, kCenterBlocksPerSm)
   if (r0 >= seq.nk || !write_kc) return;  // k_centered = 0: only the shift is wanted
   const T* src = reinterpret_cast<const T*>(p.k) + b * p.k_stride[0] + hk * p.k_stride[2] + col;
   T* dst = reinterpret_cast<T*>(p.k_centered) + b * p.kc_stride[0] + hk * p.kc_stride[2] + col;
-  for (int r = r0 + threadIdx.x / kThreadsPerRow; r < min(r0 + rows_per_block, seq.nk);
+  for (int r = r0 + threadIdx.x / kThreadsPerRow; r < min(r0 + kCenterRows, seq.nk);
        r += kRowsInFlight) {
     const int64_t row = seq.k_start + r;
     const uint4 raw = *reinterpret_cast<const uint4*>(src + row * p.k_stride[1]);
@@ -250,34 +234,17 @@ __global__ void __launch_bounds__(256, kCenterBlocksPerSm)
   }
 }
 
-// Rows per block of the range and center kernels: kCenterRows, times what keeps the grid at
-// about one wave of blocks_per_sm blocks per SM (the rows of all sequences and heads as 256-row
-// chunks; + batch: each sequence's last, partial one).
-inline int centering_rows_per_block(const AttnParams& p, int blocks_per_sm) {
-  const int64_t rows_all = p.cu_seqlens_k ? int64_t(p.total_k) : int64_t(p.batch) * p.seqlen_k;
-  const int64_t chunks = (rows_all / kCenterRows + p.batch) * p.heads_k;
-  const int64_t wave = int64_t(blocks_per_sm) * std::max(p.num_sms, 1);
-  return kCenterRows * int(std::min<int64_t>((chunks + wave - 1) / wave, 1 << 16));
-}
-
-// A grid of blocks of `rows` rows over every sequence and kv head (slots where varlen), and the
-// parameters its kernel takes (slot_rows set).
-inline dim3 centering_grid(const AttnParams& p, int rows, AttnParams& q) {
-  q = p;
-  dim3 grid(std::max(1, (p.seqlen_k + rows - 1) / rows), p.heads_k, p.batch);
-  slot_grid(q, rows, p.total_k, p.heads_k, grid);  // (varlen)
-  return grid;
-}
-
 // K' = K - c and c, for every sequence and kv head. `workspace`: 2 * batch * heads_k * D uint32.
 // With p.k_shift_given, c is read from k_shift (the forward's pre-pass wrote it from the same K):
 // no workspace, no range pass; K' and the lazy flags come out bitwise as the forward's.
-// GPROJ_FWD_AB bit 64: the range and center kernels as before session 25 (one 256-row chunk per
-// block; the keys' range pass without the probe, every row read).
+// GPROJ_FWD_AB bit 64: the keys' range pass without the probe (one 256-row chunk per block, every
+// row read), as before session 25.
 template <typename T, int D>
 void center_keys_impl(const AttnParams& p) {
   cudaStream_t stream = reinterpret_cast<cudaStream_t>(p.stream);
-  const bool before = (p.fwd_ab & 64) != 0;
+  AttnParams q = p;
+  dim3 grid(max(1, (p.seqlen_k + kCenterRows - 1) / kCenterRows), p.heads_k, p.batch);
+  slot_grid(q, kCenterRows, p.total_k, p.heads_k, grid);  // (varlen)
   uint32_t *lo = nullptr, *hi = nullptr;
   if (!p.k_shift_given) {
     const int64_t n = int64_t(p.batch) * p.heads_k * D;
@@ -286,17 +253,21 @@ void center_keys_impl(const AttnParams& p) {
     check_cuda(cudaMemsetAsync(lo, 0x00, 2 * n * sizeof(uint32_t), stream),  // lo and hi
                "center keys: memset");
     // The probe only for the keys' rule: the queries' (center_approx) is not monotone.
-    const bool probe = !p.center_approx && !before;
-    const int rows = probe ? centering_rows_per_block(p, kRangeBlocksPerSm) : kCenterRows;
-    AttnParams q;
-    const dim3 grid = centering_grid(p, rows, q);
-    key_range_kernel<T, D><<<grid, 256, 0, stream>>>(q, rows, probe, lo, hi);
+    const bool probe = !p.center_approx && !(p.fwd_ab & 64);
+    int rows = kCenterRows;
+    if (probe) {  // chunks per block: about one wave of blocks (kRangeBlocksPerSm per SM)
+      const int64_t rows_all = p.cu_seqlens_k ? int64_t(p.total_k) : int64_t(p.batch) * p.seqlen_k;
+      const int64_t chunks = (rows_all / kCenterRows + p.batch) * p.heads_k;
+      const int64_t wave = int64_t(kRangeBlocksPerSm) * std::max(p.num_sms, 1);
+      rows *= int(std::min<int64_t>((chunks + wave - 1) / wave, 1 << 16));
+    }
+    AttnParams qr = p;
+    dim3 rgrid(max(1, (p.seqlen_k + rows - 1) / rows), p.heads_k, p.batch);
+    slot_grid(qr, rows, p.total_k, p.heads_k, rgrid);  // (varlen)
+    key_range_kernel<T, D><<<rgrid, 256, 0, stream>>>(qr, rows, probe, lo, hi);
     check_cuda(cudaGetLastError(), "center keys: range");
   }
-  const int rows = before ? kCenterRows : centering_rows_per_block(p, kCenterBlocksPerSm);
-  AttnParams q;
-  const dim3 grid = centering_grid(p, rows, q);
-  center_kernel<T, D><<<grid, 256, 0, stream>>>(q, rows, lo, hi);
+  center_kernel<T, D><<<grid, 256, 0, stream>>>(q, lo, hi);
   check_cuda(cudaGetLastError(), "center keys: subtract");
 }
 

@@ -17,6 +17,9 @@ heads / 8) and "varlen" (--tokens packed into sequences of random lengths with t
 seqlen = the longest; gproj_cuda.attention_varlen, SDPA through nested jagged tensors, flex with a
 document mask). Records go to --out after every shape (a run stopped by a timeout keeps what it
 measured). --device cpu with tiny --tokens/--width checks the code paths without a GPU.
+Inputs are N(0,1); --kmean X adds X w to the keys (w a fixed random +-1 per head and coordinate,
+the SPEC grid's key offset): the keys then carry the common offset that gproj's exact centering
+removes, which random keys skip (its range pass stops early and no K' is written).
 """
 
 from __future__ import annotations
@@ -270,7 +273,8 @@ def shape_flops(batch, heads, n, d, causal, op, lens=None):
     return flops(batch, heads, n, n, d, causal, op)
 
 
-def bench_one(make, shape, ops, dtype=torch.bfloat16, tokens=16384, width=2048, warm_only=False):
+def bench_one(make, shape, ops, dtype=torch.bfloat16, tokens=16384, width=2048, warm_only=False,
+              kmean=0.0):
     d, n, causal, hk_div, kind, lens = shape
     batch = len(lens) if lens else max(1, tokens // n)
     heads = width // d
@@ -279,7 +283,11 @@ def bench_one(make, shape, ops, dtype=torch.bfloat16, tokens=16384, width=2048, 
     g = torch.Generator(device=dev).manual_seed(0)
     lead = (sum(lens),) if lens else (batch, n)
     mk = lambda h: torch.randn(*lead, h, d, device=dev, generator=g).to(dtype)   # noqa: E731
-    q, k, v = mk(heads).requires_grad_(), mk(heads_k).requires_grad_(), mk(heads_k).requires_grad_()
+    q, k, v = mk(heads), mk(heads_k), mk(heads_k)
+    if kmean:  # keys with a common offset (the SPEC grid's kmean * a fixed +-1 vector per head)
+        w = torch.randint(0, 2, (heads_k, d), device=dev, generator=g) * 2 - 1
+        k = (k.float() + kmean * w).to(dtype)
+    q, k, v = q.requires_grad_(), k.requires_grad_(), v.requires_grad_()
     do = mk(heads)
     varlen = None
     if lens:
@@ -350,6 +358,8 @@ def main(argv=None):
     ap.add_argument("--tokens", type=int, default=16384, help="B*N per shape")
     ap.add_argument("--width", type=int, default=2048, help="H*d per shape")
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
+    ap.add_argument("--kmean", type=float, default=0.0,
+                    help="key offset: k = N(0,1) + KMEAN w, w = +-1 per head and coordinate")
     ap.add_argument("--budget-s", type=float, default=1.0, help="timing seconds per op and impl")
     ap.add_argument("--pause", type=float, default=0.2, help="seconds between configurations")
     ap.add_argument("--rounds", type=int, default=1,
@@ -399,7 +409,8 @@ def main(argv=None):
                     continue
                 t0 = time.time()
                 try:
-                    r = bench_one(make, shape, ops, dtype, args.tokens, args.width, args.warm_only)
+                    r = bench_one(make, shape, ops, dtype, args.tokens, args.width, args.warm_only,
+                                  args.kmean)
                 except Exception as e:
                     print(f"  {tag} {name}: skipped ({type(e).__name__}: "
                           f"{str(e).splitlines()[0][:160] if str(e) else ''})", flush=True)
@@ -430,6 +441,8 @@ def main(argv=None):
                            seqlen=n, batch=r["batch"], heads=r["heads"], heads_k=r["heads_k"],
                            causal=causal, ms=ms, tflops=fl / ms / 1e9, gpu=gpu,
                            torch=torch.__version__, commit=commit, shape=kind, rounds=len(rs))
+                if args.kmean:
+                    rec.update(kmean=args.kmean)
                 if lens:
                     rec.update(tokens=sum(lens), seqlens_mean=round(sum(lens) / len(lens)))
                     if tuple(lens) in MIX_LABELS:

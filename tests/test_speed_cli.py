@@ -1,0 +1,55 @@
+"""bench/speed.py's code paths on the CPU (tiny shapes, --device cpu): every record is complete and
+finite, and --kmean gives the keys their offset and says so in each record."""
+
+import importlib.util
+import json
+import math
+import os
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+
+
+def _speed():
+    spec = importlib.util.spec_from_file_location("speed", os.path.join(ROOT, "bench", "speed.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _run(tmp_path, *extra):
+    out = tmp_path / "speed.json"
+    args = ["--device", "cpu", "--tokens", "128", "--width", "128", "--hdims", "64",
+            "--seqlens", "64", "--no-gqa", "--varlen-means", "", "--varlen-mixes", "",
+            "--budget-s", "0.01", "--pause", "0", "--out", str(out), *extra]
+    assert _speed().main(args) == 0
+    return json.loads(out.read_text())
+
+
+def test_speed_cpu_records_are_complete(tmp_path):
+    recs = _run(tmp_path)
+    assert recs and all(math.isfinite(r["ms"]) and r["ms"] > 0 for r in recs)
+    assert all("kmean" not in r for r in recs)
+    assert {r["op"] for r in recs} == {"fwd", "bwd"}
+
+
+def test_speed_kmean_offsets_the_keys(tmp_path, monkeypatch):
+    speed = _speed()
+    seen = []
+    real = speed.bench_one
+
+    def spy(make, shape, ops, *a, **kw):  # the keys each implementation is handed
+        def make_spy(*m):
+            f = make(*m)
+            return lambda q, k, v: (seen.append(k.detach().float().mean(dim=(0, 1))), f(q, k, v))[1]
+        return real(make_spy, shape, ops, *a, **kw)
+
+    monkeypatch.setattr(speed, "bench_one", spy)
+    out = tmp_path / "speed.json"
+    assert speed.main(["--device", "cpu", "--tokens", "128", "--width", "128", "--hdims", "64",
+                       "--seqlens", "64", "--no-gqa", "--varlen-means", "", "--varlen-mixes", "",
+                       "--budget-s", "0.01", "--pause", "0", "--ops", "fwd", "--kmean", "32",
+                       "--out", str(out)]) == 0
+    recs = json.loads(out.read_text())
+    assert recs and all(r["kmean"] == 32 for r in recs)
+    # every coordinate's mean over the keys is +-32 (N(0,1) noise over 64 x 2 keys: |err| < 1)
+    assert seen and all(((m.abs() - 32).abs() < 1).all() for m in seen)

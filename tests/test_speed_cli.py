@@ -16,17 +16,18 @@ def _speed():
     return mod
 
 
-def _run(tmp_path, *extra):
+def _run(speed, tmp_path, *extra):
+    """speed.main on one tiny dense shape (B = 2, N = 64, two heads of 64); its records."""
     out = tmp_path / "speed.json"
     args = ["--device", "cpu", "--tokens", "128", "--width", "128", "--hdims", "64",
             "--seqlens", "64", "--no-gqa", "--varlen-means", "", "--varlen-mixes", "",
             "--budget-s", "0.01", "--pause", "0", "--out", str(out), *extra]
-    assert _speed().main(args) == 0
+    assert speed.main(args) == 0
     return json.loads(out.read_text())
 
 
 def test_speed_cpu_records_are_complete(tmp_path):
-    recs = _run(tmp_path)
+    recs = _run(_speed(), tmp_path)
     assert recs and all(math.isfinite(r["ms"]) and r["ms"] > 0 for r in recs)
     assert all("kmean" not in r for r in recs)
     assert {r["op"] for r in recs} == {"fwd", "bwd"}
@@ -44,12 +45,7 @@ def test_speed_kmean_offsets_the_keys(tmp_path, monkeypatch):
         return real(make_spy, shape, ops, *a, **kw)
 
     monkeypatch.setattr(speed, "bench_one", spy)
-    out = tmp_path / "speed.json"
-    assert speed.main(["--device", "cpu", "--tokens", "128", "--width", "128", "--hdims", "64",
-                       "--seqlens", "64", "--no-gqa", "--varlen-means", "", "--varlen-mixes", "",
-                       "--budget-s", "0.01", "--pause", "0", "--ops", "fwd", "--kmean", "32",
-                       "--out", str(out)]) == 0
-    recs = json.loads(out.read_text())
+    recs = _run(speed, tmp_path, "--ops", "fwd", "--kmean", "32")
     assert recs and all(r["kmean"] == 32 for r in recs)
     # every coordinate's mean over the keys is +-32 (N(0,1) noise over 64 x 2 keys: |err| < 1)
     assert seen and all(((m.abs() - 32).abs() < 1).all() for m in seen)

@@ -65,6 +65,8 @@ void hopper_backward(const AttnParams& p_in) {
     } else if constexpr (D == 64) {  // 128 x 128 tiles (FlashAttention-3's at d = 64);
       if (variant == 9) {             // variant 9: 64-row query tiles (the default until session 11)
         sm90::run_bwd_kv<T, D, false>(p, p.total_q, p.total_k);
+      } else if (variant == 13) {     // variant 13: per-warpgroup dQ, pingpong (not yet run)
+        sm90::run_bwd_kv<T, D, false, 3, true, 2, 128, true>(p, p.total_q, p.total_k);
       } else {
         sm90::run_bwd_kv<T, D, false, 3, true, 2, 128>(p, p.total_q, p.total_k);
       }

@@ -100,9 +100,12 @@ inline int fwd_ab() {
 //      as its programmatic dependent under its last wave (AttnParams::pair_counters; the default
 //      until session 21 in gproj, until session 22 in fa3 mode);
 //  12: the default's counts and waits, but each pass launched after the previous one has ended
-//      (what the counting costs without the overlap).
+//      (what the counting costs without the overlap);
+//  13: (fa3 mode, d = 64; session 25, not yet run on a GPU) each consumer warpgroup of the KV-outer
+//      pass adds its own keys' share of dQ over the whole head dim, and the two take pingpong
+//      turns instead of meeting every tile (BwdKvTraits::kDqPerWg).
 inline int bwd_variant() {
-  return env_int_in("GPROJ_BWD_VARIANT", 3, 12);
+  return env_int_in("GPROJ_BWD_VARIANT", 3, 13);
 }
 
 // Whether the gproj Hopper backward rounds A once and projects dK (needs dk_unprojected, dk_keysum).

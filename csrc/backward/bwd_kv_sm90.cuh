@@ -49,12 +49,22 @@ namespace gproj {
 namespace sm90 {
 
 template <typename T_, int kHeadDim_, bool kGProj_, int kAParts_ = 3, bool kDqHere_ = !kGProj_,
-          int kMmaWGs_ = 2, int kBlockM_ = 64>
+          int kMmaWGs_ = 2, int kBlockM_ = 64, bool kDqPerWg_ = false>
 struct BwdKvTraits {
   using T = T_;
   static constexpr bool kGProj = kGProj_;
   // dQ in this pass (fa3; gproj variant 4) or in gproj's Q-outer pass (the gproj default).
   static constexpr bool kDqHere = kDqHere_;
+  // fa3 mode, GPROJ_BWD_VARIANT=13 (session 25, not yet run on a GPU): each consumer warpgroup adds
+  // its own keys' share of dQ (dS~ of its 64 keys times their K, the whole head dim) instead of
+  // half of the head dim over all the block's keys. The warpgroups then share no operand and need
+  // not meet every tile: they take pingpong turns at S and dP as gproj's pass does, so that one's
+  // exp2 (MUFU-bound) runs under the other's GEMMs. Twice the reduce-add bytes into dq_accum.
+  static constexpr bool kDqPerWg = kDqPerWg_;
+  static_assert(!kDqPerWg_ || (kDqHere_ && !kGProj_ && kMmaWGs_ == 2),
+                "per-warpgroup dQ: fa3 mode's pass with dQ here, two consumer warpgroups");
+  // Whether the consumer warpgroups meet every tile (dQ from both warpgroups' dS~)
+  static constexpr bool kWGsMeet = kDqHere_ && !kDqPerWg_;
   // Consumer warpgroups, 64 keys each. Three (192-key blocks, 160 registers each) only without
   // dQ here (its GEMM splits the head dim between two) and where dK and dV fit: d = 64 (8 bytes
   // of spill; the default in session 6, 2-4% slower than two with A from fp32 in session 8).
@@ -104,6 +114,8 @@ struct BwdKvTraits {
   static_assert(kBlockM == 64 || !(kDqHere_ && kGProj_), "gproj with dQ here: 64-row tiles");
   static constexpr int kDqSubTiles = kBlockM / 64;  // dq_accum tiles per query tile (kDqHere)
   static constexpr int kDqHalf = 64 * kHeadDim_ / 2;  // floats: a warpgroup's half of a 64-row tile
+  // floats a warpgroup stages per item: its half of the head dim, or (kDqPerWg) the whole tile
+  static constexpr int kDqWgFloats = kDqPerWg_ ? kBlockM_ * kHeadDim_ : kDqSubTiles * kDqHalf;
   // dQ staging buffers (kDqHere): two in fa3 mode, so that a warpgroup stages tile t while the
   // copy engine still reads tile t - 1 (it waits for tile t - 2's reads, a whole tile earlier);
   // one in gproj mode and at d = 64 (whose 128-row tiles leave no shared memory for it). ncu
@@ -112,7 +124,7 @@ struct BwdKvTraits {
   static constexpr int kDqBuffers = kDqHere_ && !kGProj_ && kHeadDim_ == 128 ? 2 : 1;
   // Offset (floats) in the staging buffers of item `it`'s dQ half of consumer warpgroup w.
   __device__ static constexpr int dq_stage(int it, int w) {
-    return (it % kDqBuffers) * (kBlockM_ * kHeadDim_) + w * (kDqSubTiles * kDqHalf);
+    return (it % kDqBuffers) * (kMmaWGs_ * kDqWgFloats) + w * kDqWgFloats;
   }
   // kDqHere: the bulk reduce-adds of dQ are issued, and waited for, by a warp of the producer
   // warpgroup (FlashAttention-3's dQ writer), so a consumer warpgroup only waits where its
@@ -146,7 +158,8 @@ struct BwdKvTraits {
   using SmemAtomDS = decltype(cutlass::gemm::collective::detail::ss_smem_selector<
                               GMMA::Major::MN, Element, BM, BN>());
   // fa3: double buffered; gproj: single (its shared memory is full), one more barrier per tile.
-  static constexpr int kDsStages = kGProj ? 1 : 2;
+  // (kDqPerWg: single, each warpgroup reading back only its own keys' dS~ after its own wait)
+  static constexpr int kDsStages = kGProj || kDqPerWg_ ? 1 : 2;
   using SmemLayoutDS = decltype(tile_to_shape(SmemAtomDS{}, Shape<BM, BN, Int<kDsStages>>{}));
   // ... viewed as (keys, queries) like the S^T accumulator, for the stmatrix stores
   using SmemLayoutDSt = decltype(composition(
@@ -159,10 +172,18 @@ struct BwdKvTraits {
       GMMA::rs_op_selector<Element, Element, float, Shape<_64, HD, BM>, GMMA::Major::K,
                            GMMA::Major::MN>(),
       Layout<Shape<Int<kMmaWGs>, _1, _1>>{}));
-  using TiledMmaDQ = decltype(make_tiled_mma(
-      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim / 2>, BN>,
-                           GMMA::Major::MN, GMMA::Major::MN>(),
-      Layout<Shape<_1, _2, _1>>{}));  // warpgroups split the head dim
+  using TiledMmaDQ = std::conditional_t<
+      kDqPerWg_,
+      // kDqPerWg: one warpgroup, its own 64 keys, one half of the head dim at a time (the
+      // whole head dim's 64 accumulators at once spilled 280 bytes at d = 64)
+      decltype(make_tiled_mma(
+          GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim / 2>, _64>,
+                               GMMA::Major::MN, GMMA::Major::MN>(),
+          Layout<Shape<_1, _1, _1>>{})),
+      decltype(make_tiled_mma(
+          GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim / 2>, BN>,
+                               GMMA::Major::MN, GMMA::Major::MN>(),
+          Layout<Shape<_1, _2, _1>>{}))>;  // warpgroups split the head dim
 
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = typename Pipeline::PipelineState;
@@ -177,7 +198,7 @@ struct BwdKvTraits {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutDS>, 1024> ds;
     // this tile's dQ (fp32, each warpgroup's half in accumulator order: see dq_accum_offset),
     // read by the bulk reduce-add into dq_accum; kDqBuffers of them, by the tile's parity
-    cute::array_aligned<float, kDqBuffers * kBlockM * kHeadDim, 1024> dq;
+    cute::array_aligned<float, kDqBuffers * kMmaWGs * kDqWgFloats, 1024> dq;
   };
   struct QcTiles {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> qc;
@@ -191,7 +212,7 @@ struct BwdKvTraits {
       std::conditional_t<kGProj, std::conditional_t<kDqHere, QcPtTiles, QcTiles>, NoTiles>;
   // Row state per query tile (double buffered): one copy both warpgroups read where they meet
   // every tile anyway (kDqHere), else one per warpgroup, so that neither waits for the other.
-  static constexpr int kRowCopies = kDqHere ? 1 : kMmaWGs;
+  static constexpr int kRowCopies = kWGsMeet ? 1 : kMmaWGs;
   struct SharedStorage {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> v;
@@ -375,10 +396,12 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
               for (int sub = 0; sub < kSub; ++sub) {
                 const int tile = mb * kSub + sub;
                 if (sub > 0 && tile * 64 >= seq.nq) break;
+                // (kDqPerWg: w's share of the whole 64-row tile; else w's half of the head dim)
+                constexpr int kFloats = Traits::kDqPerWg ? 2 * kHalf : kHalf;
                 float* g = reinterpret_cast<float*>(p.dq_accum) +
                            (int64_t(h) * dq_accum_tiles(p) + dq_tile_base(p, b, seq.q_start) + tile) *
-                               (64 * kHeadDim) + w * kHalf;
-                bulk_reduce_add_f32(g, sdq + sub * kHalf, kHalf * int(sizeof(float)));
+                               (64 * kHeadDim) + (Traits::kDqPerWg ? 0 : w * kHalf);
+                bulk_reduce_add_f32(g, sdq + sub * kFloats, kFloats * int(sizeof(float)));
               }
               cute::tma_store_arrive();  // commit w's bulk group
             }
@@ -437,11 +460,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   typename Traits::TiledMmaDQ mma_dq;
   auto thr_sdp = mma_sdp.get_thread_slice(tid);
   auto thr_kv = mma_kv.get_thread_slice(tid);
-  auto thr_dq = mma_dq.get_thread_slice(tid);
+  auto thr_dq = mma_dq.get_thread_slice(Traits::kDqPerWg ? tid % 128 : tid);
   // shared-memory operands: the warpgroup's slice (warpgroup_slice says why)
   auto wg_sdp = warpgroup_slice(mma_sdp, wg - 1);
   auto wg_kv = warpgroup_slice(mma_kv, wg - 1);
-  auto wg_dq = warpgroup_slice(mma_dq, wg - 1);
+  auto wg_dq = warpgroup_slice(mma_dq, Traits::kDqPerWg ? 0 : wg - 1);
   Tensor tSrK = wg_sdp.partition_fragment_A(sK);
   Tensor tSrV = wg_sdp.partition_fragment_A(sV);
   Tensor tSrQ = wg_sdp.partition_fragment_B(sQ);
@@ -449,9 +472,25 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   Tensor tKVrQt = wg_kv.partition_fragment_B(sQt);
   Tensor tKVrQct = wg_kv.partition_fragment_B(sQct);
   Tensor tKVrDOt = wg_kv.partition_fragment_B(sDOt);
-  Tensor tDQrDS = wg_dq.partition_fragment_A(sDS);
+  // (kDqPerWg: dQ's operands restricted to this warpgroup's 64 keys, K^T by head-dim half:
+  // tDQrKt the first, tDQrKt1 the second; else tDQrKt1 is not used)
+  auto dq_a = [&](auto const& t) {
+    if constexpr (Traits::kDqPerWg)
+      return local_tile(t, Shape<Int<kBlockM>, _64, Int<Traits::kDsStages>>{},
+                        make_coord(_0{}, wg - 1, _0{}));
+    else
+      return t;
+  };
+  auto dq_b = [&](int half) {
+    if constexpr (Traits::kDqPerWg)
+      return local_tile(sKt, Shape<Int<kHeadDim / 2>, _64>{}, make_coord(half, wg - 1));
+    else
+      return sKt;
+  };
+  Tensor tDQrDS = wg_dq.partition_fragment_A(dq_a(sDS));
   Tensor tDQrPT = wg_dq.partition_fragment_A(sPT);
-  Tensor tDQrKt = wg_dq.partition_fragment_B(sKt);
+  Tensor tDQrKt = wg_dq.partition_fragment_B(dq_b(0));
+  Tensor tDQrKt1 = wg_dq.partition_fragment_B(dq_b(1));
   // dS~ (and P~) registers -> shared memory with stmatrix. The accumulator's rows are keys and its
   // column pairs adjacent queries; dQ's A operand wants the queries contiguous, so 8 queries of one
   // key are one 16-byte row of a non-transposed 8x8 stmatrix block: 4 instructions per thread
@@ -511,7 +550,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   };
   // The barrier that publishes the fetched rows (and, kDqHere, the dS~ tiles).
   auto rows_sync = [&]() {
-    if constexpr (Traits::kDqHere) {
+    if constexpr (Traits::kWGsMeet) {
       consumers_sync();
     } else {
       wg_sync(w);
@@ -535,7 +574,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     // Without dQ here (gproj) the warpgroups take turns issuing S and dP (the forward's pingpong
     // barriers), so one's elementwise work runs under the other's GEMMs; consumer 0 goes first.
     constexpr int kWGs = Traits::kMmaWGs;
-    if constexpr (!Traits::kDqHere) {
+    if constexpr (!Traits::kWGsMeet) {
       if (w == kWGs - 1) turn_pass<kWGs>(w);  // round robin: the last hands consumer 0 the first turn
     }
     PipelineState rd, rd_prev;
@@ -549,10 +588,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       Tensor tSrS = partition_fragment_C(mma_sdp, shape_s);
       Tensor tSrDP = partition_fragment_C(mma_sdp, shape_s);
       pipe_q.consumer_wait(rd);
-      if constexpr (!Traits::kDqHere) turn_wait(w);
+      if constexpr (!Traits::kWGsMeet) turn_wait(w);
       wg_gemm<true>(mma_sdp, tSrK, tSrQ(_, _, _, rd.index()), tSrS);
       wg_gemm<true>(mma_sdp, tSrV, tSrDO(_, _, _, rd.index()), tSrDP);
-      if constexpr (!Traits::kDqHere) turn_pass<kWGs>(w);
+      if constexpr (!Traits::kWGsMeet) turn_pass<kWGs>(w);
       fetch_rows(it + 1);  // landed before, and published by, this tile's consumers_sync below
       // S, dP, and the previous tile's dK: its Q/dO stage is free now. (kPUnderDp: WGMMA groups
       // retire in issue order, so waiting for all but the newest leaves dP on the tensor cores
@@ -750,10 +789,13 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         rows_sync();  // publishes them (this warpgroup's copy)
       } else {
         cutlass::arch::fence_view_async_shared();  // stmatrix writes -> WGMMA reads
-        consumers_sync();
-        Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});
-        Tensor tdQrPK = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});  // gproj
-        wg_gemm<true>(mma_dq, tDQrDS(_, _, _, ds_stage), tDQrKt, tdQrdQ);
+        // (kDqPerWg: this warpgroup's own dS~ and rows; else both warpgroups' dS~ halves)
+        rows_sync();
+        // (the warpgroups' halves of the head dim; kDqPerWg: one half of this warpgroup's)
+        constexpr int kDqCols = Traits::kDqPerWg ? kHeadDim / 2 : kHeadDim;
+        Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kDqCols>>{});
+        Tensor tdQrPK = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kDqCols>>{});  // gproj
+        wg_gemm<true>(mma_dq, tDQrDS(_, _, _, ds_stage), tDQrKt, tdQrdQ);  // (kDqPerWg: half 0)
         if constexpr (kGProj) {
           wg_gemm<true>(mma_dq, tDQrPT(_, _, _, ds_stage), tDQrKt, tdQrPK);
           warpgroup_wait<0>();
@@ -787,17 +829,27 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         } else if (it >= 1) {  // (item 1: freed once the writer has taken item 0, see there)
           dq_free_wait(w, it & 1);
         }
-        CUTLASS_PRAGMA_UNROLL
-        for (int i = 0; i < size(tdQrdQ); i += 4) {
-          float4 x = make_float4(tdQrdQ(i), tdQrdQ(i + 1), tdQrdQ(i + 2), tdQrdQ(i + 3));
-          if constexpr (kGProj) {  // values i, i+1 are row r0, values i+2, i+3 row r0 + 8
-            x = make_float4(__fsub_rn(x.x, __fmul_rn(lam_dq[0], tdQrPK(i))),
-                            __fsub_rn(x.y, __fmul_rn(lam_dq[0], tdQrPK(i + 1))),
-                            __fsub_rn(x.z, __fmul_rn(lam_dq[1], tdQrPK(i + 2))),
-                            __fsub_rn(x.w, __fmul_rn(lam_dq[1], tdQrPK(i + 3))));
+        // (kDqPerWg: the warpgroup's whole 64-row tiles, half `half` of the head dim of each;
+        // dq_accum's layout: half 0's 64 x d/2 in accumulator order, then half 1's)
+        auto stage = [&](int half) {
+          CUTLASS_PRAGMA_UNROLL
+          for (int i = 0; i < size(tdQrdQ); i += 4) {
+            float4 x = make_float4(tdQrdQ(i), tdQrdQ(i + 1), tdQrdQ(i + 2), tdQrdQ(i + 3));
+            if constexpr (kGProj) {  // values i, i+1 are row r0, values i+2, i+3 row r0 + 8
+              x = make_float4(__fsub_rn(x.x, __fmul_rn(lam_dq[0], tdQrPK(i))),
+                              __fsub_rn(x.y, __fmul_rn(lam_dq[0], tdQrPK(i + 1))),
+                              __fsub_rn(x.z, __fmul_rn(lam_dq[1], tdQrPK(i + 2))),
+                              __fsub_rn(x.w, __fmul_rn(lam_dq[1], tdQrPK(i + 3))));
+            }
+            *reinterpret_cast<float4*>(sdq + (i / kSubVals) * (Traits::kDqPerWg ? 2 * kHalf : kHalf) +
+                                       dq_accum_offset(half, kHeadDim, i % kSubVals, lane128)) = x;
           }
-          *reinterpret_cast<float4*>(sdq + (i / kSubVals) * kHalf +
-                                     dq_accum_offset(0, kHeadDim, i % kSubVals, lane128)) = x;
+        };
+        stage(0);
+        if constexpr (Traits::kDqPerWg) {  // the second half of the head dim, in the same registers
+          wg_gemm<true>(mma_dq, tDQrDS(_, _, _, ds_stage), tDQrKt1, tdQrdQ);
+          warpgroup_wait<0>();  // (and dK)
+          stage(1);
         }
         cutlass::arch::fence_view_async_shared();  // generic writes -> the copy engine's reads
         dq_staged_arrive(w);  // the writer warp adds it to dq_accum
@@ -826,7 +878,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       }
     }
     warpgroup_wait<0>();  // the last dK
-    if constexpr (!Traits::kDqHere) {
+    if constexpr (!Traits::kWGsMeet) {
       if (w == 0) turn_wait(w);  // the last consumer's last pass
     }
   }
@@ -888,9 +940,13 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   // (store_dk_dv_epilogue: 16-bit dK and dV through the K and V tiles' shared memory)
   if constexpr (Traits::kDqHere && !kGProj) {
     // fa3 mode: once both warpgroups are past their last GEMM (the dQ GEMMs read every key of K)
+    // (kDqPerWg: only this warpgroup's GEMMs read its own K and V rows)
     store_dk_dv_epilogue<T, kHeadDim, false>(p, seq, b, hk, n0, n_end, 64 * w, 0, w, tid,
-                                             [] { consumers_sync(); }, mma_kv, tdKrdK, tdVrdV,
-                                             tdKcdK, sK, sV);
+                                             [w] {
+                                               if constexpr (Traits::kDqPerWg) wg_sync(w);
+                                               else consumers_sync();
+                                             },
+                                             mma_kv, tdKrdK, tdVrdV, tdKcdK, sK, sV);
   } else if constexpr (Traits::kProjectsDk) {
     // gproj (A in one part): dV staged in this warpgroup's own V rows, which only its own dP
     // GEMMs read (no dQ GEMM here), once every warp of the warpgroup is past its last GEMM
@@ -915,9 +971,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 }
 
 template <typename T, int kHeadDim, bool kGProj, int kAParts = 3, bool kDqHere = !kGProj,
-          int kMmaWGs = 2, int kBlockM = 64>
+          int kMmaWGs = 2, int kBlockM = 64, bool kDqPerWg = false>
 void run_bwd_kv(const AttnParams& p, int total_q, int total_k) {
-  using Traits = BwdKvTraits<T, kHeadDim, kGProj, kAParts, kDqHere, kMmaWGs, kBlockM>;
+  using Traits = BwdKvTraits<T, kHeadDim, kGProj, kAParts, kDqHere, kMmaWGs, kBlockM, kDqPerWg>;
   BwdKvParams<Traits> prm;
   auto tma_q = set_kv_pass_tmas<Traits>(prm, p, total_q, total_k);
   prm.tma_qc = kGProj ? tma_q(p.q_centered, p.qc_stride) : prm.tma_q;

@@ -22,20 +22,23 @@ import sass_check  # noqa: E402
 # the Q-outer pass with 128-key tiles (variant 8); since session 12 (the block coordinates of
 # tile_grid / grid_tile, no longer plain blockIdx reads, and the dQ writer warp) also 8-24 bytes
 # in fa3 mode's 64-row d = 64 pass (variant 9), gproj's d = 64 pass with dQ inside (variant 4)
-# and the d = 256 gproj pass with dK from two parts of A (variants 3, 4, 6).
+# and the d = 256 gproj pass with dK from two parts of A (variants 3, 4, 6); since session 25 fa3
+# mode's d = 64 pass with per-warpgroup dQ (variant 13: the default's 36 bytes). (The last
+# BwdKvTraits parameter: per-warpgroup dQ, false but in variant 13.)
 KNOWN_SPILLING_VARIANTS = (
     "FwdTraits<{t}, 128, 176,",
     "FwdTraits<{t}, 256, 64, 2, true, true,",
     "FwdTraits<{t}, 64, 192,",
     "FwdTraits<{t}, 64, 160,",
-    "BwdKvTraits<{t}, 128, true, 2, true, 2, 64>",
-    "BwdKvTraits<{t}, 64, true, 1, false, 3, 64>",
-    "BwdKvTraits<{t}, 64, true, 2, false, 3, 64>",
-    "BwdKvTraits<{t}, 64, true, 3, false, 3, 64>",
+    "BwdKvTraits<{t}, 128, true, 2, true, 2, 64, false>",
+    "BwdKvTraits<{t}, 64, true, 1, false, 3, 64, false>",
+    "BwdKvTraits<{t}, 64, true, 2, false, 3, 64, false>",
+    "BwdKvTraits<{t}, 64, true, 3, false, 3, 64, false>",
     "LambdaTraits<{t}, 64, 128, 2, true>",
-    "BwdKvTraits<{t}, 64, false, 3, true, 2, 64>",
-    "BwdKvTraits<{t}, 64, true, 2, true, 2, 64>",
+    "BwdKvTraits<{t}, 64, false, 3, true, 2, 64, false>",
+    "BwdKvTraits<{t}, 64, true, 2, true, 2, 64, false>",
     "BwdKvSplitTraits<{t}, 256, true, 2>",
+    "BwdKvTraits<{t}, 64, false, 3, true, 2, 128, true>",
 )
 # Default kernels that spill, by choice: the KV-outer pass at d = 64 with 128-row query tiles
 # (FlashAttention-3's 128 x 128 tile there) keeps S^T, dP^T, dK and dV (192 registers) live through
@@ -58,8 +61,8 @@ KNOWN_SPILLING_VARIANTS = (
 # loop (one store and four loads per query tile), while the loop is 5.6% shorter (838 -> 791 SASS
 # instructions per key tile).
 KNOWN_SPILLING_DEFAULTS = (
-    "BwdKvTraits<{t}, 64, false, 3, true, 2, 128>",
-    "BwdKvTraits<{t}, 128, false, 3, true, 2, 64>",
+    "BwdKvTraits<{t}, 64, false, 3, true, 2, 128, false>",
+    "BwdKvTraits<{t}, 128, false, 3, true, 2, 64, false>",
     "LambdaTraits<{t}, 128, 64, 3, true>",
 )
 

@@ -19,8 +19,9 @@ def main():
             q, do = (torch.randn(B, nq, H, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
             k, v = (torch.randn(B, nk, Hk, d, device="cuda", dtype=torch.bfloat16) + 2 for _ in range(2))
             s, wr = d ** -0.5, (0 if causal else -1)
-            # (fa3 mode's 13: per-warpgroup dQ at d = 64, session 25; at d = 128 the default)
-            for m, variants in (("fa3", ["0", "13"]), ("gproj", ["0", "3", "4", "6"])):
+            # (fa3 mode's 13 / 14: per-warpgroup dQ at d = 64 / 128, sessions 25 / 26; each the
+            # default at the other head dim)
+            for m, variants in (("fa3", ["0", "13", "14"]), ("gproj", ["0", "3", "4", "6"])):
                 out, _, st = forward_cuda(q, k, v, None, None, nq, nk, s, -1, wr, m)
                 base = backward_cuda(do, q, k, v, out, st, None, None, nq, nk, s, -1, wr, m, hopper=False)
                 for var in variants:

@@ -39,6 +39,7 @@ KNOWN_SPILLING_VARIANTS = (
     "BwdKvTraits<{t}, 64, true, 2, true, 2, 64, false>",
     "BwdKvSplitTraits<{t}, 256, true, 2>",
     "BwdKvTraits<{t}, 64, false, 3, true, 2, 128, true>",
+    "BwdKvTraits<{t}, 128, false, 3, true, 2, 64, true>",
 )
 # Default kernels that spill, by choice: the KV-outer pass at d = 64 with 128-row query tiles
 # (FlashAttention-3's 128 x 128 tile there) keeps S^T, dP^T, dK and dV (192 registers) live through

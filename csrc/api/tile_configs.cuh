@@ -70,6 +70,8 @@ void hopper_backward(const AttnParams& p_in) {
       } else {
         sm90::run_bwd_kv<T, D, false, 3, true, 2, 128>(p, p.total_q, p.total_k);
       }
+    } else if (variant == 14) {  // d = 128, variant 14: per-warpgroup dQ, pingpong (A/B)
+      sm90::run_bwd_kv<T, D, false, 3, true, 2, 64, true>(p, p.total_q, p.total_k);
     } else {
       sm90::run_bwd_kv<T, D, false>(p, p.total_q, p.total_k);
     }

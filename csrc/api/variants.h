@@ -104,8 +104,10 @@ inline int fwd_ab() {
 //  13: (fa3 mode, d = 64; session 25, not yet run on a GPU) each consumer warpgroup of the KV-outer
 //      pass adds its own keys' share of dQ over the whole head dim, and the two take pingpong
 //      turns instead of meeting every tile (BwdKvTraits::kDqPerWg).
+//  14: (fa3 mode, d = 128; session 26) the same per-warpgroup dQ in the 64-row d = 128 pass, with
+//      one dQ staging buffer per warpgroup (two of the whole tile do not fit beside K and V).
 inline int bwd_variant() {
-  return env_int_in("GPROJ_BWD_VARIANT", 3, 13);
+  return env_int_in("GPROJ_BWD_VARIANT", 3, 14);
 }
 
 // Whether the gproj Hopper backward rounds A once and projects dK (needs dk_unprojected, dk_keysum).

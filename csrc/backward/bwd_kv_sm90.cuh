@@ -121,7 +121,9 @@ struct BwdKvTraits {
   // one in gproj mode and at d = 64 (whose 128-row tiles leave no shared memory for it). ncu
   // (session 17, fa3 mode d = 128 N = 4k): the consumers' wait for the single buffer was 10% of
   // the pass's warp samples.
-  static constexpr int kDqBuffers = kDqHere_ && !kGProj_ && kHeadDim_ == 128 ? 2 : 1;
+  // (kDqPerWg at d = 128, variant 14: one, of the whole 64 x 128 tile per warpgroup: 64 KB; two
+  // would need 128 KB beside K, V, Q, dO and dS~'s 144 KB)
+  static constexpr int kDqBuffers = kDqHere_ && !kGProj_ && kHeadDim_ == 128 && !kDqPerWg_ ? 2 : 1;
   // Offset (floats) in the staging buffers of item `it`'s dQ half of consumer warpgroup w.
   __device__ static constexpr int dq_stage(int it, int w) {
     return (it % kDqBuffers) * (kMmaWGs_ * kDqWgFloats) + w * kDqWgFloats;

@@ -21,7 +21,7 @@ def main():
             s, wr = d ** -0.5, (0 if causal else -1)
             # (fa3 mode's 13 / 14: per-warpgroup dQ at d = 64 / 128, sessions 25 / 26; each the
             # default at the other head dim)
-            for m, variants in (("fa3", ["0", "13", "14"]), ("gproj", ["0", "3", "4", "6"])):
+            for m, variants in (("fa3", ["0", "13", "14", "15"]), ("gproj", ["0", "3", "4", "6"])):
                 out, _, st = forward_cuda(q, k, v, None, None, nq, nk, s, -1, wr, m)
                 base = backward_cuda(do, q, k, v, out, st, None, None, nq, nk, s, -1, wr, m, hopper=False)
                 for var in variants:

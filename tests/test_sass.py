@@ -23,23 +23,27 @@ import sass_check  # noqa: E402
 # tile_grid / grid_tile, no longer plain blockIdx reads, and the dQ writer warp) also 8-24 bytes
 # in fa3 mode's 64-row d = 64 pass (variant 9), gproj's d = 64 pass with dQ inside (variant 4)
 # and the d = 256 gproj pass with dK from two parts of A (variants 3, 4, 6); since session 25 fa3
-# mode's d = 64 pass with per-warpgroup dQ (variant 13: the default's 36 bytes). (The last
-# BwdKvTraits parameter: per-warpgroup dQ, false but in variant 13.)
+# mode's d = 64 pass with per-warpgroup dQ (variant 13: the default's 36 bytes); since session 26
+# the d = 128 one (variant 14) and fa3 mode's d = 64 pass with dQ split by head-dim halves
+# (variant 15, the default before: 24 bytes). (BwdKvTraits' last two parameters: per-warpgroup
+# dQ, true only in variants 13 and 14; dQ's GEMM split by query rows, true in fa3 mode's d = 64
+# default.)
 KNOWN_SPILLING_VARIANTS = (
     "FwdTraits<{t}, 128, 176,",
     "FwdTraits<{t}, 256, 64, 2, true, true,",
     "FwdTraits<{t}, 64, 192,",
     "FwdTraits<{t}, 64, 160,",
-    "BwdKvTraits<{t}, 128, true, 2, true, 2, 64, false>",
-    "BwdKvTraits<{t}, 64, true, 1, false, 3, 64, false>",
-    "BwdKvTraits<{t}, 64, true, 2, false, 3, 64, false>",
-    "BwdKvTraits<{t}, 64, true, 3, false, 3, 64, false>",
+    "BwdKvTraits<{t}, 128, true, 2, true, 2, 64, false, false>",
+    "BwdKvTraits<{t}, 64, true, 1, false, 3, 64, false, false>",
+    "BwdKvTraits<{t}, 64, true, 2, false, 3, 64, false, false>",
+    "BwdKvTraits<{t}, 64, true, 3, false, 3, 64, false, false>",
     "LambdaTraits<{t}, 64, 128, 2, true>",
-    "BwdKvTraits<{t}, 64, false, 3, true, 2, 64, false>",
-    "BwdKvTraits<{t}, 64, true, 2, true, 2, 64, false>",
+    "BwdKvTraits<{t}, 64, false, 3, true, 2, 64, false, false>",
+    "BwdKvTraits<{t}, 64, true, 2, true, 2, 64, false, false>",
     "BwdKvSplitTraits<{t}, 256, true, 2>",
-    "BwdKvTraits<{t}, 64, false, 3, true, 2, 128, true>",
-    "BwdKvTraits<{t}, 128, false, 3, true, 2, 64, true>",
+    "BwdKvTraits<{t}, 64, false, 3, true, 2, 128, true, false>",
+    "BwdKvTraits<{t}, 128, false, 3, true, 2, 64, true, false>",
+    "BwdKvTraits<{t}, 64, false, 3, true, 2, 128, false, false>",
 )
 # Default kernels that spill, by choice: the KV-outer pass at d = 64 with 128-row query tiles
 # (FlashAttention-3's 128 x 128 tile there) keeps S^T, dP^T, dK and dV (192 registers) live through
@@ -62,8 +66,8 @@ KNOWN_SPILLING_VARIANTS = (
 # loop (one store and four loads per query tile), while the loop is 5.6% shorter (838 -> 791 SASS
 # instructions per key tile).
 KNOWN_SPILLING_DEFAULTS = (
-    "BwdKvTraits<{t}, 64, false, 3, true, 2, 128, false>",
-    "BwdKvTraits<{t}, 128, false, 3, true, 2, 64, false>",
+    "BwdKvTraits<{t}, 64, false, 3, true, 2, 128, false, true>",
+    "BwdKvTraits<{t}, 128, false, 3, true, 2, 64, false, false>",
     "LambdaTraits<{t}, 128, 64, 3, true>",
 )
 

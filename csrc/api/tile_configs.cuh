@@ -65,10 +65,13 @@ void hopper_backward(const AttnParams& p_in) {
     } else if constexpr (D == 64) {  // 128 x 128 tiles (FlashAttention-3's at d = 64);
       if (variant == 9) {             // variant 9: 64-row query tiles (the default until session 11)
         sm90::run_bwd_kv<T, D, false>(p, p.total_q, p.total_k);
-      } else if (variant == 13) {     // variant 13: per-warpgroup dQ, pingpong (not yet run)
+      } else if (variant == 13) {     // variant 13: per-warpgroup dQ, pingpong (slower: A/B)
         sm90::run_bwd_kv<T, D, false, 3, true, 2, 128, true>(p, p.total_q, p.total_k);
-      } else {
+      } else if (variant == 15) {     // variant 15: dQ's GEMM split by head-dim halves (A/B;
+                                      // the default until session 26)
         sm90::run_bwd_kv<T, D, false, 3, true, 2, 128>(p, p.total_q, p.total_k);
+      } else {  // dQ's GEMM split by query rows (kDqSplitM; -3 to -5%, bench/NOTES.md session 26)
+        sm90::run_bwd_kv<T, D, false, 3, true, 2, 128, false, true>(p, p.total_q, p.total_k);
       }
     } else if (variant == 14) {  // d = 128, variant 14: per-warpgroup dQ, pingpong (A/B)
       sm90::run_bwd_kv<T, D, false, 3, true, 2, 64, true>(p, p.total_q, p.total_k);

@@ -101,13 +101,17 @@ inline int fwd_ab() {
 //      until session 21 in gproj, until session 22 in fa3 mode);
 //  12: the default's counts and waits, but each pass launched after the previous one has ended
 //      (what the counting costs without the overlap);
-//  13: (fa3 mode, d = 64; session 25, not yet run on a GPU) each consumer warpgroup of the KV-outer
+//  13: (fa3 mode, d = 64; session 25) each consumer warpgroup of the KV-outer
 //      pass adds its own keys' share of dQ over the whole head dim, and the two take pingpong
 //      turns instead of meeting every tile (BwdKvTraits::kDqPerWg).
 //  14: (fa3 mode, d = 128; session 26) the same per-warpgroup dQ in the 64-row d = 128 pass, with
 //      one dQ staging buffer per warpgroup (two of the whole tile do not fit beside K and V).
+//  15: (fa3 mode, d = 64) the KV-outer pass's dQ GEMM split between the consumer warpgroups by
+//      head-dim halves (m64n32k16 over all 128 rows; the default until session 26) instead of by
+//      query rows (m64n64k16 each, BwdKvTraits::kDqSplitM).
+// (13 and 14 measured 7-17% slower than the default, session 26: kept for the record and A/B.)
 inline int bwd_variant() {
-  return env_int_in("GPROJ_BWD_VARIANT", 3, 14);
+  return env_int_in("GPROJ_BWD_VARIANT", 3, 15);
 }
 
 // Whether the gproj Hopper backward rounds A once and projects dK (needs dk_unprojected, dk_keysum).

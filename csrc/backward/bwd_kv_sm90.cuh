@@ -14,7 +14,8 @@
 //   P^T from the saved softmax state, dS^T = P^T (dP^T - delta)          registers, fp32
 //   dV  += P~^T dO,  dK += dS~^T Q          WGMMA, A (P~, dS~) straight from registers
 //   dQ   = dS~ K                            WGMMA from shared memory (dS~ written there by both
-//                                           warpgroups; each computes half of the head dim)
+//                                           warpgroups; each computes half of the head dim, or
+//                                           at d = 64 its own 64 of the 128 query rows)
 //   dq_accum += dQ                          bulk reduce-add of each warpgroup's half from shared
 //                                           memory, issued and waited for by a dQ writer warp of
 //                                           the producer warpgroup (order varies: not
@@ -49,13 +50,14 @@ namespace gproj {
 namespace sm90 {
 
 template <typename T_, int kHeadDim_, bool kGProj_, int kAParts_ = 3, bool kDqHere_ = !kGProj_,
-          int kMmaWGs_ = 2, int kBlockM_ = 64, bool kDqPerWg_ = false>
+          int kMmaWGs_ = 2, int kBlockM_ = 64, bool kDqPerWg_ = false, bool kDqSplitM_ = false>
 struct BwdKvTraits {
   using T = T_;
   static constexpr bool kGProj = kGProj_;
   // dQ in this pass (fa3; gproj variant 4) or in gproj's Q-outer pass (the gproj default).
   static constexpr bool kDqHere = kDqHere_;
-  // fa3 mode, GPROJ_BWD_VARIANT=13 (session 25, not yet run on a GPU): each consumer warpgroup adds
+  // fa3 mode, GPROJ_BWD_VARIANT=13 (session 25; 14 at d = 128, session 26; both measured 7-17%
+  // slower than the default, bench/NOTES.md session 26): each consumer warpgroup adds
   // its own keys' share of dQ (dS~ of its 64 keys times their K, the whole head dim) instead of
   // half of the head dim over all the block's keys. The warpgroups then share no operand and need
   // not meet every tile: they take pingpong turns at S and dP as gproj's pass does, so that one's
@@ -63,6 +65,18 @@ struct BwdKvTraits {
   static constexpr bool kDqPerWg = kDqPerWg_;
   static_assert(!kDqPerWg_ || (kDqHere_ && !kGProj_ && kMmaWGs_ == 2),
                 "per-warpgroup dQ: fa3 mode's pass with dQ here, two consumer warpgroups");
+  // fa3 mode's 128-row tiles (d = 64), the default since session 26 (GPROJ_BWD_VARIANT=15: the
+  // head-dim split, measured 3-5% slower for the whole fa3 backward): the dQ GEMM split
+  // between the warpgroups by query rows (each its own 64 rows, the whole head dim, all 128 keys:
+  // m64n64k16, FlashAttention-3's AtomLayoutMdQ = 2 there) instead of by head-dim halves
+  // (m64n32k16 over all 128 rows). Same FLOPs, a third less shared-memory operand traffic: a
+  // shared-memory m64nNk16 reads its 2 KB of A and N x 32 bytes of B in the N / 2 cycles the SM's
+  // tensor cores take for it (2048 bf16 FMA per cycle), so n32 needs 192 B/clk and n64 128 B/clk,
+  // against the 128 B/clk the SM's shared memory delivers (a model: bench/NOTES.md session 26).
+  static constexpr bool kDqSplitM = kDqSplitM_;
+  static_assert(!kDqSplitM_ || (kDqHere_ && !kGProj_ && !kDqPerWg_ && kBlockM_ == 128 &&
+                                kMmaWGs_ == 2),
+                "dQ split by rows: fa3 mode's 128-row tiles, the warpgroups meeting every tile");
   // Whether the consumer warpgroups meet every tile (dQ from both warpgroups' dS~)
   static constexpr bool kWGsMeet = kDqHere_ && !kDqPerWg_;
   // Consumer warpgroups, 64 keys each. Three (192-key blocks, 160 registers each) only without
@@ -182,10 +196,16 @@ struct BwdKvTraits {
           GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim / 2>, _64>,
                                GMMA::Major::MN, GMMA::Major::MN>(),
           Layout<Shape<_1, _1, _1>>{})),
-      decltype(make_tiled_mma(
-          GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim / 2>, BN>,
-                               GMMA::Major::MN, GMMA::Major::MN>(),
-          Layout<Shape<_1, _2, _1>>{}))>;  // warpgroups split the head dim
+      std::conditional_t<
+          kDqSplitM_,
+          decltype(make_tiled_mma(  // kDqSplitM: warpgroups split the query rows
+              GMMA::ss_op_selector<Element, Element, float, Shape<_64, HD, BN>, GMMA::Major::MN,
+                                   GMMA::Major::MN>(),
+              Layout<Shape<_2, _1, _1>>{})),
+          decltype(make_tiled_mma(
+              GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim / 2>, BN>,
+                                   GMMA::Major::MN, GMMA::Major::MN>(),
+              Layout<Shape<_1, _2, _1>>{}))>>;  // warpgroups split the head dim
 
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = typename Pipeline::PipelineState;
@@ -396,14 +416,18 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
               const float* sdq = ss.dq_tiles.dq.data() + Traits::dq_stage(it, w);
               CUTLASS_PRAGMA_UNROLL
               for (int sub = 0; sub < kSub; ++sub) {
+                if (Traits::kDqSplitM && sub != w) continue;  // (kDqSplitM: w's own 64 rows)
                 const int tile = mb * kSub + sub;
                 if (sub > 0 && tile * 64 >= seq.nq) break;
-                // (kDqPerWg: w's share of the whole 64-row tile; else w's half of the head dim)
-                constexpr int kFloats = Traits::kDqPerWg ? 2 * kHalf : kHalf;
+                // (kDqPerWg: w's share of the whole 64-row tile; kDqSplitM: w's 64-row tile;
+                // else w's half of the head dim)
+                constexpr bool kWholeRows = Traits::kDqPerWg || Traits::kDqSplitM;
+                constexpr int kFloats = kWholeRows ? 2 * kHalf : kHalf;
                 float* g = reinterpret_cast<float*>(p.dq_accum) +
                            (int64_t(h) * dq_accum_tiles(p) + dq_tile_base(p, b, seq.q_start) + tile) *
-                               (64 * kHeadDim) + (Traits::kDqPerWg ? 0 : w * kHalf);
-                bulk_reduce_add_f32(g, sdq + sub * kFloats, kFloats * int(sizeof(float)));
+                               (64 * kHeadDim) + (kWholeRows ? 0 : w * kHalf);
+                bulk_reduce_add_f32(g, sdq + (Traits::kDqSplitM ? 0 : sub * kFloats),
+                                    kFloats * int(sizeof(float)));
               }
               cute::tma_store_arrive();  // commit w's bulk group
             }
@@ -843,8 +867,16 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
                               __fsub_rn(x.z, __fmul_rn(lam_dq[1], tdQrPK(i + 2))),
                               __fsub_rn(x.w, __fmul_rn(lam_dq[1], tdQrPK(i + 3))));
             }
-            *reinterpret_cast<float4*>(sdq + (i / kSubVals) * (Traits::kDqPerWg ? 2 * kHalf : kHalf) +
-                                       dq_accum_offset(half, kHeadDim, i % kSubVals, lane128)) = x;
+            if constexpr (Traits::kDqSplitM) {
+              // (the warpgroup's own 64-row tile: values [0, n / 2) are the m64n(d/2) accumulator
+              // of the first head-dim half, in the same order, the rest the second's)
+              constexpr int kHalfVals = decltype(size(tdQrdQ))::value / 2;
+              *reinterpret_cast<float4*>(sdq + dq_accum_offset(i / kHalfVals, kHeadDim,
+                                                               i % kHalfVals, lane128)) = x;
+            } else {
+              *reinterpret_cast<float4*>(sdq + (i / kSubVals) * (Traits::kDqPerWg ? 2 * kHalf : kHalf) +
+                                         dq_accum_offset(half, kHeadDim, i % kSubVals, lane128)) = x;
+            }
           }
         };
         stage(0);
@@ -973,9 +1005,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 }
 
 template <typename T, int kHeadDim, bool kGProj, int kAParts = 3, bool kDqHere = !kGProj,
-          int kMmaWGs = 2, int kBlockM = 64, bool kDqPerWg = false>
+          int kMmaWGs = 2, int kBlockM = 64, bool kDqPerWg = false, bool kDqSplitM = false>
 void run_bwd_kv(const AttnParams& p, int total_q, int total_k) {
-  using Traits = BwdKvTraits<T, kHeadDim, kGProj, kAParts, kDqHere, kMmaWGs, kBlockM, kDqPerWg>;
+  using Traits = BwdKvTraits<T, kHeadDim, kGProj, kAParts, kDqHere, kMmaWGs, kBlockM, kDqPerWg,
+                             kDqSplitM>;
   BwdKvParams<Traits> prm;
   auto tma_q = set_kv_pass_tmas<Traits>(prm, p, total_q, total_k);
   prm.tma_qc = kGProj ? tma_q(p.q_centered, p.qc_stride) : prm.tma_q;

@@ -72,7 +72,9 @@ struct BwdKvTraits {
   // (m64n32k16 over all 128 rows). Same FLOPs, a third less shared-memory operand traffic: a
   // shared-memory m64nNk16 reads its 2 KB of A and N x 32 bytes of B in the N / 2 cycles the SM's
   // tensor cores take for it (2048 bf16 FMA per cycle), so n32 needs 192 B/clk and n64 128 B/clk,
-  // against the 128 B/clk the SM's shared memory delivers (a model: bench/NOTES.md session 26).
+  // against the 128 B/clk the SM's shared memory delivers (a model; ncu agrees on the direction:
+  // the shared pipe was the pass's most utilized before, the tensor pipe after, bench/NOTES.md
+  // session 26).
   static constexpr bool kDqSplitM = kDqSplitM_;
   static_assert(!kDqSplitM_ || (kDqHere_ && !kGProj_ && !kDqPerWg_ && kBlockM_ == 128 &&
                                 kMmaWGs_ == 2),

@@ -19,8 +19,8 @@ def main():
             q, do = (torch.randn(B, nq, H, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
             k, v = (torch.randn(B, nk, Hk, d, device="cuda", dtype=torch.bfloat16) + 2 for _ in range(2))
             s, wr = d ** -0.5, (0 if causal else -1)
-            # (fa3 mode's 13 / 14: per-warpgroup dQ at d = 64 / 128, sessions 25 / 26; each the
-            # default at the other head dim)
+            # (fa3 mode's 13 / 14: per-warpgroup dQ at d = 64 / 128; 15: d = 64's dQ GEMM split
+            # by head-dim halves. Each runs the default at the head dims it does not cover)
             for m, variants in (("fa3", ["0", "13", "14", "15"]), ("gproj", ["0", "3", "4", "6"])):
                 out, _, st = forward_cuda(q, k, v, None, None, nq, nk, s, -1, wr, m)
                 base = backward_cuda(do, q, k, v, out, st, None, None, nq, nk, s, -1, wr, m, hopper=False)

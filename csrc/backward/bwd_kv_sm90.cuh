@@ -16,7 +16,7 @@
 //   dQ   = dS~ K                            WGMMA from shared memory (dS~ written there by both
 //                                           warpgroups; each computes half of the head dim, or
 //                                           at d = 64 its own 64 of the 128 query rows)
-//   dq_accum += dQ                          bulk reduce-add of each warpgroup's half from shared
+//   dq_accum += dQ                          bulk reduce-add of each warpgroup's part from shared
 //                                           memory, issued and waited for by a dQ writer warp of
 //                                           the producer warpgroup (order varies: not
 //                                           deterministic)
@@ -220,7 +220,7 @@ struct BwdKvTraits {
   struct NoTiles {};
   struct DqTiles {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutDS>, 1024> ds;
-    // this tile's dQ (fp32, each warpgroup's half in accumulator order: see dq_accum_offset),
+    // this tile's dQ (fp32, each warpgroup's part in accumulator order: see dq_accum_offset),
     // read by the bulk reduce-add into dq_accum; kDqBuffers of them, by the tile's parity
     cute::array_aligned<float, kDqBuffers * kMmaWGs * kDqWgFloats, 1024> dq;
   };

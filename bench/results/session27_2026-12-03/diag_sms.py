@@ -1,4 +1,4 @@
-# Session 27 timing-only diagnostic: needs the "diag" build (GPROJ_DIAG_DQ_RED_STEPS, never committed;
+# Session 27 timing-only diagnostic: needs the "diag" build (GPROJ_DIAG_DQ_RED_STEPS: diag_dq_red_steps.patch, not in the code;
 # bench/results/session27_2026-12-03/README.md). fa3 backward at d=256, dQ reductions all / half / none.
 import os, torch
 from gproj_cuda.ops import backward_cuda, forward_cuda

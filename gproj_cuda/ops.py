@@ -206,7 +206,7 @@ def forward_kernel(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics, k
 
 def _hopper_backward(q: Tensor, numerics: str, hopper: Optional[bool]) -> bool:
     """Whether the Hopper backward (csrc/backward/bwd_kv_sm90.cuh; at d = 256
-    bwd_kv_split_sm90.cuh) runs: the default (``hopper=None``) unless GPROJ_HOPPER_BWD=0, where it
+    bwd_kv_dkvt_sm90.cuh in fa3 mode, bwd_kv_split_sm90.cuh in gproj) runs: the default (``hopper=None``) unless GPROJ_HOPPER_BWD=0, where it
     covers the call so far (sm_90, head dims 64, 128 and 256; fa3 numerics in bf16/fp16, gproj in
     bf16); elsewhere the mma.sync passes run. In fa3 mode and at d = 256 its dQ tiles are summed
     by asynchronous fp32 reduce-adds in varying order: not bitwise reproducible

@@ -144,8 +144,8 @@ if torch.cuda.get_device_capability()[0] == 9:
         o = gproj_cuda.attention(q, k, v, causal=causal, numerics=numerics)
         o.backward(torch.randn_like(o))
     os.environ["GPROJ_BWD_VARIANT"] = "0"
-    # d=256: the head-dim-split KV-outer pass (bwd_kv_split_sm90.cuh; gproj after the λ
-    # pre-pass), GQA, causal and windowed, odd lengths (a partial last key tile and query tile),
+    # d=256: fa3 mode's KV-outer pass on 80-key blocks (bwd_kv_dkvt_sm90.cuh) and gproj's
+    # head-dim-split one after the λ pre-pass (bwd_kv_split_sm90.cuh), GQA, causal and windowed, odd lengths (a partial last key tile and query tile),
     # one kv head and one query head with an offset (K' / Q' read there)
     for (numerics, dtype), (causal, window) in itertools.product(
             (("fa3", torch.bfloat16), ("fa3", torch.float16), ("gproj", torch.bfloat16)),

@@ -1067,13 +1067,19 @@ def test_hopper_kv_backward(numerics, dtype, causal, window, shape, variant, d, 
                          ids=["full", "causal", "window"])
 @pytest.mark.parametrize("shape", [(2, 257, 300, 4, 2), (1, 1000, 1000, 2, 2), (3, 64, 17, 8, 1)],
                          ids=["gqa", "square", "mqa"])
-def test_hopper_backward_hd256(numerics, dtype, causal, window, shape, monkeypatch):
-    """The Hopper backward at d=256 (csrc/backward/bwd_kv_split_sm90.cuh: the head dim split
-    between the two consumer warpgroups, dQ by vector reductions; gproj after the λ pre-pass, A
-    in two parts) against the float64 reference (within 1.5x the emulator's error) and the
-    mma.sync passes; gproj also keeps Σ_j dK_j at zero."""
+@pytest.mark.parametrize("variant", ["0", "16"], ids=["default", "v16"])
+def test_hopper_backward_hd256(numerics, dtype, causal, window, shape, variant, monkeypatch):
+    """The Hopper backward at d=256 against the float64 reference (within 1.5x the emulator's
+    error) and the mma.sync passes; gproj also keeps Σ_j dK_j at zero. Both fa3-mode KV-outer
+    passes: 80-key blocks with dK and dV transposed (csrc/backward/bwd_kv_dkvt_sm90.cuh, the
+    default since session 28) and the head dim split between the two consumer warpgroups on
+    64-key blocks (bwd_kv_split_sm90.cuh, GPROJ_BWD_VARIANT=16; gproj's after its λ pre-pass, A
+    in two parts); both add dQ by reductions."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("needs a Hopper GPU")
+    if variant == "16" and numerics != "fa3":
+        pytest.skip("variant 16 is fa3 mode's (gproj's default is that pass)")
+    monkeypatch.setenv("GPROJ_BWD_VARIANT", variant)
     b, nq, nk, h, hk = shape
     g = torch.Generator(device=DEV).manual_seed(nq + nk + int(causal) + 256)
     q, do = rand(b, nq, h, 256, dtype=dtype, g=g), rand(b, nq, h, 256, dtype=dtype, g=g)
@@ -1109,7 +1115,8 @@ def test_hopper_gproj_dk_projection_leaves_unseen_keys_at_zero(d, monkeypatch):
 
 @pytest.mark.parametrize("numerics", ["fa3", "gproj"])
 @pytest.mark.parametrize("d", [64, 128, 256])
-@pytest.mark.parametrize("case", ["ragged", "gqa-causal", "varlen-causal"])
+@pytest.mark.parametrize("case", ["ragged", "gqa-causal", "varlen-causal", "ragged-v16",
+                                  "gqa-causal-v16", "varlen-causal-v16"])
 def test_hopper_staged_epilogue_stores_the_same_bits(numerics, d, case, monkeypatch):
     """The Hopper backward writes 16-bit dK and dV (and gproj's dQ) through shared memory
     (stage_and_store_rows, session 19) unless fp32 dK is asked for (dk_accum: fa3 mode's dK and
@@ -1121,6 +1128,11 @@ def test_hopper_staged_epilogue_stores_the_same_bits(numerics, d, case, monkeypa
     there to 1e-3."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("needs a Hopper GPU")
+    if case.endswith("-v16"):  # fa3 mode's d = 256 split pass (the default: dK, dV transposed)
+        if numerics != "fa3" or d != 256:
+            pytest.skip("variant 16 is fa3 mode's d = 256 pass")
+        monkeypatch.setenv("GPROJ_BWD_VARIANT", "16")
+        case = case[:-4]
     monkeypatch.setenv("GPROJ_HOPPER_BWD", "1")
     g = torch.Generator(device=DEV).manual_seed(31 + d)
     cu = mq = mk = None

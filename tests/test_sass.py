@@ -64,8 +64,12 @@ KNOWN_SPILLING_VARIANTS = (
 # fourth since session 13: gproj's d = 128 λ + dQ pass, whose WGMMA descriptors are now built in
 # uniform registers (warpgroup_slice, csrc/common/sm90.cuh), spills 8 bytes outside its key-tile
 # loop (one store and four loads per query tile), while the loop is 5.6% shorter (838 -> 791 SASS
-# instructions per key tile).
+# instructions per key tile). A fifth since session 28: fa3 mode's d = 256 pass on 80-key blocks
+# with dK and dV transposed (csrc/backward/bwd_kv_dkvt_sm90.cuh) spills 8 bytes (one local load
+# per query tile, an L1 hit); it measured 2-9% faster than the head-dim-split pass it replaced,
+# which does not spill (bench/NOTES.md, session 28).
 KNOWN_SPILLING_DEFAULTS = (
+    "BwdKvDkvtTraits<{t}, 256>",
     "BwdKvTraits<{t}, 64, false, 3, true, 2, 128, false, true>",
     "BwdKvTraits<{t}, 128, false, 3, true, 2, 64, false, false>",
     "LambdaTraits<{t}, 128, 64, 3, true>",

@@ -7,6 +7,7 @@
 #include <string>
 #include "../backward/bwd_dkdv_kernel.cuh"
 #include "../backward/bwd_kv_sm90.cuh"
+#include "../backward/bwd_kv_dkvt_sm90.cuh"
 #include "../backward/bwd_kv_split_sm90.cuh"
 #include "../backward/bwd_lambda_sm90.cuh"
 #include "../backward/bwd_dq_kernel.cuh"
@@ -60,8 +61,14 @@ void hopper_backward(const AttnParams& p_in) {
                "zeroing pair_counters");
   if (!gproj) {
     launch_delta<T, D>(p);
-    if constexpr (D == 256) {  // dK, dV rows too wide for one warpgroup: the head dim split
-      sm90::run_bwd_kv_split<T, D, false>(p, p.total_q, p.total_k);
+    if constexpr (D == 256) {  // dK, dV rows too wide for one warpgroup
+      if (variant == 16) {  // the head dim split between the warpgroups, 64-key blocks (A/B; the
+                            // default until session 28)
+        sm90::run_bwd_kv_split<T, D, false>(p, p.total_q, p.total_k);
+      } else {  // 80-key blocks, dK and dV transposed (FlashAttention-3's partition): 20% fewer
+                // dQ reduction bytes per flop; -2 to -9% (bench/NOTES.md session 28)
+        sm90::run_bwd_kv_dkvt<T, D>(p, p.total_q, p.total_k);
+      }
     } else if constexpr (D == 64) {  // 128 x 128 tiles (FlashAttention-3's at d = 64);
       if (variant == 9) {             // variant 9: 64-row query tiles (the default until session 11)
         sm90::run_bwd_kv<T, D, false>(p, p.total_q, p.total_k);

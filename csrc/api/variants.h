@@ -109,9 +109,12 @@ inline int fwd_ab() {
 //  15: (fa3 mode, d = 64) the KV-outer pass's dQ GEMM split between the consumer warpgroups by
 //      head-dim halves (m64n32k16 over all 128 rows; the default until session 26) instead of by
 //      query rows (m64n64k16 each, BwdKvTraits::kDqSplitM).
+//  16: (fa3 mode, d = 256) the head-dim-split KV-outer pass on 64-key blocks
+//      (bwd_kv_split_sm90.cuh; the default until session 28) instead of 80-key blocks with dK and
+//      dV computed transposed (bwd_kv_dkvt_sm90.cuh).
 // (13 and 14 measured 7-17% slower than the default, session 26: kept for the record and A/B.)
 inline int bwd_variant() {
-  return env_int_in("GPROJ_BWD_VARIANT", 3, 15);
+  return env_int_in("GPROJ_BWD_VARIANT", 3, 16);
 }
 
 // Whether the gproj Hopper backward rounds A once and projects dK (needs dk_unprojected, dk_keysum).

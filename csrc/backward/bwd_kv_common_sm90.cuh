@@ -1,7 +1,9 @@
-// What the two Hopper KV-outer backward passes share (bwd_kv_sm90.cuh: each consumer warpgroup
-// owns its own 64 keys; bwd_kv_split_sm90.cuh: d = 256, the head dim split between them): the
-// block's work list, the host's TMA set-up, the producer thread's TMA loads, the rounding of
-// accumulators into 16-bit operands, and the dK / dV stores of the epilogue.
+// What the Hopper KV-outer backward passes share (bwd_kv_sm90.cuh: each consumer warpgroup owns
+// its own 64 keys; bwd_kv_split_sm90.cuh: d = 256, the head dim split between them;
+// bwd_kv_dkvt_sm90.cuh: fa3 mode at d = 256, 80 keys, dK and dV transposed): the block's work
+// list, the host's TMA set-up, the producer thread's TMA loads, the rounding of accumulators into
+// 16-bit operands, and the dK / dV stores of the epilogue (the first two passes; the third has
+// its own loads and transposed stores).
 #pragma once
 
 #include "../common/sm90.cuh"

@@ -1,5 +1,6 @@
 // The Hopper (sm_90a) KV-outer backward pass at head dim 256: the head dim split between the two
-// consumer warpgroups (issue 7). Both numerics modes.
+// consumer warpgroups (issue 7). gproj's pass at d = 256; fa3 mode's until session 28 (now
+// GPROJ_BWD_VARIANT=16: bwd_kv_dkvt_sm90.cuh's 80-key blocks replaced it there).
 //
 // Why a second design: bwd_kv_sm90.cuh gives each consumer warpgroup its own 64 keys with their
 // whole dK and dV rows in registers; at d = 256 that is 2 x 64 x 256 fp32 per warpgroup, 256

@@ -278,7 +278,7 @@ __device__ __forceinline__ void stage_and_store_rows(T* g, int64_t row_stride, i
 
 // Both consumer warpgroups of the KV-outer backward where they meet every tile (named barrier 10;
 // ids 8-9 are the pingpong turns of gproj's pass, 8-10 with three warpgroups, where this one is
-// never used): bwd_kv_sm90.cuh with dQ there, bwd_kv_split_sm90.cuh.
+// never used): bwd_kv_sm90.cuh with dQ there, bwd_kv_split_sm90.cuh, bwd_kv_dkvt_sm90.cuh.
 __device__ __forceinline__ void consumers_sync() {
   asm volatile("bar.sync 10, 256;\n" ::: "memory");
 }

@@ -19,8 +19,9 @@
 //
 // 5 GEMM-equivalents per (query tile, key tile), as FlashAttention-3; dK and dV are final (the
 // keys' block holds every query head of its kv head). Registers per consumer thread: dK^T and
-// dV^T 160 fp32, S and dP 40, a dQ slice 32 (why dQ is sliced: with a whole 64 x 128 dQ half, 64,
-// it would not fit beside dK and dV).
+// dV^T 160 fp32, S and dP 40, a dQ slice 32. (Why dQ is sliced: a warpgroup's whole 64 x 128 half
+// would take 64, leaving 16 of the 240 beside dK and dV for addresses and indices;
+// FlashAttention-3 slices its d = 256 dQ GEMM for the same reason. Not tried unsliced here.)
 // Shared memory: K, V 80 KB, Q two stages 64 KB, dO one stage 32 KB (released after the dV GEMM,
 // so its next tile loads under the dK and dQ GEMMs), P~ and dS~ double buffered 40 KB: 216 KB.
 // dQ's reductions vary in order: not bitwise reproducible (deterministic=True takes the mma.sync
@@ -124,8 +125,9 @@ struct BwdKvDkvtParams {
 // the head dim, columns: the block's keys), rows past n_end dropped. Staged: rounded, written
 // transposed into the K / V tiles' shared memory by stmatrix.trans (a key's 8 adjacent head-dim
 // values are one 16-byte row), then 16-byte stores, a row's bytes by consecutive threads. Else
-// (misaligned rows, or fp32 dK asked for in p.dk_accum) element by element from the
-// accumulators (slow; no default path takes it).
+// (misaligned rows, fp32 dK asked for in p.dk_accum, or GPROJ_FWD_AB bit 32) element by element
+// from the accumulators: slow, and only the tests and gproj_cuda/study.py ask for it (the
+// staged and direct stores give the same bits: test_hopper_staged_epilogue_stores_the_same_bits).
 template <class Traits, class TiledMma, class Acc, class Coords, class SmemT, class Smem>
 __device__ __forceinline__ void store_dkv_transposed(const AttnParams& p, const SeqBounds& seq,
                                                      int b, int hk, int n0, int n_end, int w,

@@ -2,8 +2,9 @@
 (HGMMA) and loads by TMA, and no default Hopper kernel touches local memory (no register spills)
 but those in KNOWN_SPILLING_DEFAULTS, kept for a measured reason. (The mma.sync kernels, the
 sm_80 design that also runs the fp16-gproj and deterministic backward on Hopper, are outside
-this: some spill 4-48 bytes, listed in bench/results/sass.md.) Reads the SASS with cuobjdump +
-nvdisasm (scripts/sass_check.py); CI installs them from the nvidia-cuda-cuobjdump and
+this: some spill 4-48 bytes, listed in bench/results/session9_2026-11-30/sass.md; session 28's
+build in bench/results/session28_2026-12-03/sass.md.) Reads the SASS with cuobjdump + nvdisasm
+(scripts/sass_check.py); CI installs them from the nvidia-cuda-cuobjdump and
 nvidia-cuda-nvdisasm wheels. Needs no GPU."""
 import glob
 import os

@@ -34,7 +34,6 @@
 #include "../common/sm90.cuh"
 #include "../common/tile.cuh"
 #include "bwd_kv_common_sm90.cuh"
-#include "bwd_kv_split_sm90.cuh"  // red_add_f32x4
 
 namespace gproj {
 namespace sm90 {

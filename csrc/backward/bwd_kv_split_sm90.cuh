@@ -148,13 +148,6 @@ struct BwdKvSplitParams {
   AttnParams p;
 };
 
-// gmem[0..3] += v, one vector reduction in L2 (sm_90; the order of the adds varies between runs).
-__device__ __forceinline__ void red_add_f32x4(float* gmem, float4 v) {
-  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(gmem), "f"(v.x),
-               "f"(v.y), "f"(v.z), "f"(v.w)
-               : "memory");
-}
-
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     bwd_kv_split_sm90_kernel(CUTE_GRID_CONSTANT BwdKvSplitParams<Traits> const prm) {

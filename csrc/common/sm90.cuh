@@ -302,6 +302,14 @@ __device__ __forceinline__ void dq_free_wait(int w, int buffer = 0) {
   asm volatile("bar.sync %0, 160;\n" ::"r"(dq_free_barrier(w, buffer)) : "memory");
 }
 
+// gmem[0..3] += v, one vector reduction in L2 (sm_90; the order of the adds varies between
+// runs): the d = 256 KV-outer passes' dQ (bwd_kv_split_sm90.cuh, bwd_kv_dkvt_sm90.cuh).
+__device__ __forceinline__ void red_add_f32x4(float* gmem, float4 v) {
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(gmem), "f"(v.x),
+               "f"(v.y), "f"(v.z), "f"(v.w)
+               : "memory");
+}
+
 // cp.async of one 4-, 8- or 16-byte value, zero-filled (nothing read) when !ok.
 template <class V>
 __device__ __forceinline__ void cp_async_zfill(V* smem, const V* gmem, bool ok) {

@@ -46,7 +46,7 @@ struct BwdKvDkvtTraits {
   static constexpr int kBlockM = 64, kBlockN = 80, kStagesQ = 2, kTileBufs = 2;
   static constexpr int kDqSlice = 64;  // dQ columns of one slice of a warpgroup's half
   static_assert(kHalf == 2 * kDqSlice, "two dQ slices per warpgroup");
-  static constexpr int kMmaWGs = 2, kNumMmaThreads = 256, kNumThreads = 384, kConsumerRegs = 240;
+  static constexpr int kNumMmaThreads = 256, kNumThreads = 384, kConsumerRegs = 240;
   using HD = Int<kHeadDim>;
   using BM = Int<kBlockM>;
   using BN = Int<kBlockN>;
@@ -203,14 +203,15 @@ __device__ __forceinline__ void stmatrix_rows(Frag const& r16, Smem& s, int row,
 }
 
 // The Params of a TMA pipeline whose producer is warpgroup 0 (thread 0 leads) and whose
-// consumers are the two consumer warpgroups; `bytes` per stage.
+// consumers are the other `consumers` threads; `bytes` per stage.
 template <class Pipeline>
-__device__ __forceinline__ typename Pipeline::Params kv_pipe_params(int wg, int bytes) {
+__device__ __forceinline__ typename Pipeline::Params kv_pipe_params(int wg, int bytes,
+                                                                    int consumers) {
   typename Pipeline::Params pp;
   pp.transaction_bytes = bytes;
   pp.role = wg == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
   pp.is_leader = threadIdx.x == 0;
-  pp.num_consumers = 256;
+  pp.num_consumers = consumers;
   return pp;
 }
 
@@ -255,8 +256,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     ss.barrier_kv.init(1);
   }
   constexpr int kTileBytes = kBlockM * kHeadDim * int(sizeof(Element));
-  PipelineQ pipe_q(ss.pipe_q, kv_pipe_params<PipelineQ>(wg, kTileBytes), Shape<_1, _1, _1>{});
-  PipelineDO pipe_do(ss.pipe_do, kv_pipe_params<PipelineDO>(wg, kTileBytes), Shape<_1, _1, _1>{});
+  constexpr int kConsumers = Traits::kNumMmaThreads;
+  PipelineQ pipe_q(ss.pipe_q, kv_pipe_params<PipelineQ>(wg, kTileBytes, kConsumers), Shape<_1, _1, _1>{});
+  PipelineDO pipe_do(ss.pipe_do, kv_pipe_params<PipelineDO>(wg, kTileBytes, kConsumers),
+                     Shape<_1, _1, _1>{});
   __syncthreads();
 
   Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), typename Traits::SmemLayoutK{});

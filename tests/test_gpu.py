@@ -1067,18 +1067,22 @@ def test_hopper_kv_backward(numerics, dtype, causal, window, shape, variant, d, 
                          ids=["full", "causal", "window"])
 @pytest.mark.parametrize("shape", [(2, 257, 300, 4, 2), (1, 1000, 1000, 2, 2), (3, 64, 17, 8, 1)],
                          ids=["gqa", "square", "mqa"])
-@pytest.mark.parametrize("variant", ["0", "16"], ids=["default", "v16"])
+@pytest.mark.parametrize("variant", ["0", "16", "17"], ids=["default", "v16", "v17"])
 def test_hopper_backward_hd256(numerics, dtype, causal, window, shape, variant, monkeypatch):
     """The Hopper backward at d=256 against the float64 reference (within 1.5x the emulator's
     error) and the mma.sync passes; gproj also keeps Σ_j dK_j at zero. Both fa3-mode KV-outer
     passes: 80-key blocks with dK and dV transposed (csrc/backward/bwd_kv_dkvt_sm90.cuh, the
-    default since session 28) and the head dim split between the two consumer warpgroups on
-    64-key blocks (bwd_kv_split_sm90.cuh, GPROJ_BWD_VARIANT=16; gproj's after its λ pre-pass, A
-    in two parts); both add dQ by reductions."""
+    default since session 28; without a mask its tiles issue dV first since session 29,
+    GPROJ_BWD_VARIANT=17 the first dQ slice first as under a mask) and the head dim split
+    between the two consumer warpgroups on 64-key blocks (bwd_kv_split_sm90.cuh,
+    GPROJ_BWD_VARIANT=16; gproj's after its λ pre-pass, A in two parts); both add dQ by
+    reductions."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("needs a Hopper GPU")
-    if variant == "16" and numerics != "fa3":
-        pytest.skip("variant 16 is fa3 mode's (gproj's default is that pass)")
+    if variant != "0" and numerics != "fa3":
+        pytest.skip(f"variant {variant} is fa3 mode's (gproj's default is the split pass)")
+    if variant == "17" and (causal or window != (-1, -1)):
+        pytest.skip("variant 17 differs from the default only without a mask")
     monkeypatch.setenv("GPROJ_BWD_VARIANT", variant)
     b, nq, nk, h, hk = shape
     g = torch.Generator(device=DEV).manual_seed(nq + nk + int(causal) + 256)

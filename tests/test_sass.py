@@ -68,7 +68,8 @@ KNOWN_SPILLING_VARIANTS = (
 # instructions per key tile). A fifth since session 28: fa3 mode's d = 256 pass on 80-key blocks
 # with dK and dV transposed (csrc/backward/bwd_kv_dkvt_sm90.cuh) spills 8 bytes (one local load
 # per query tile, an L1 hit); it measured 2-9% faster than the head-dim-split pass it replaced,
-# which does not spill (bench/NOTES.md, session 28).
+# which does not spill (bench/NOTES.md, session 28). Both of its tile orders (kDvFirst, session
+# 29) match the one pattern.
 KNOWN_SPILLING_DEFAULTS = (
     "BwdKvDkvtTraits<{t}, 256>",
     "BwdKvTraits<{t}, 64, false, 3, true, 2, 128, false, true>",

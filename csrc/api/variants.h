@@ -112,9 +112,11 @@ inline int fwd_ab() {
 //  16: (fa3 mode, d = 256) the head-dim-split KV-outer pass on 64-key blocks
 //      (bwd_kv_split_sm90.cuh; the default until session 28) instead of 80-key blocks with dK and
 //      dV computed transposed (bwd_kv_dkvt_sm90.cuh).
+//  17: (fa3 mode, d = 256, no mask) the 80-key pass with its tile's first dQ slice before dV, as
+//      under a mask (the default until session 29), instead of dV first (kDvFirst).
 // (13 and 14 measured 7-17% slower than the default, session 26: kept for the record and A/B.)
 inline int bwd_variant() {
-  return env_int_in("GPROJ_BWD_VARIANT", 3, 16);
+  return env_int_in("GPROJ_BWD_VARIANT", 3, 17);
 }
 
 // Whether the gproj Hopper backward rounds A once and projects dK (needs dk_unprojected, dk_keysum).

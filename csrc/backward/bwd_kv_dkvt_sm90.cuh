@@ -215,7 +215,8 @@ __device__ __forceinline__ typename Pipeline::Params kv_pipe_params(int wg, int 
   return pp;
 }
 
-template <class Traits>
+// kDvFirst: the order of a tile's dV and first dQ GEMMs (see the loop).
+template <class Traits, bool kDvFirst>
 __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     bwd_kv_dkvt_sm90_kernel(CUTE_GRID_CONSTANT BwdKvDkvtParams<Traits> const prm) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
@@ -442,8 +443,12 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       cutlass::arch::fence_view_async_shared();  // stmatrix writes -> WGMMA reads
       consumers_sync();                          // both halves of P~ and dS~ (and the rows) are in
 
-      // dQ's first slice first, so that its reductions run while dV and dK are on the tensor
-      // cores; the second after them (its accumulator takes the first's registers).
+      // dQ's first slice before dK, so that its reductions run while dK (and dV) are on the
+      // tensor cores; the second after them (its accumulator takes the first's registers).
+      // Without a mask dV goes first (kDvFirst): dO's single stage is freed one GEMM earlier for
+      // the next tile's load, at the price of slice 0's reductions starting one GEMM later;
+      // measured -2 to -3% unmasked and +1 to +2.5% causal at N = 2k-16k (bench/NOTES.md
+      // session 29), so masked tiles keep dQ first.
       // dq_accum += dS~ K (unscaled), slice s of this warpgroup's 64 x 128 half in the order of
       // its m64n128 accumulator (tile.cuh, dq_accum_offset): a slice's values are that
       // accumulator's values 32 s .. 32 s + 31, a float4 per lane and step. (The lane's pointer
@@ -460,14 +465,25 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
                         make_float4(acc(i), acc(i + 1), acc(i + 2), acc(i + 3)));
       };
       Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kDqSlice>>{});
-      wg_gemm<true>(mma_dq, tDQrdS(_, _, _, buf), tDQrKt0, tdQrdQ);
-      wg_gemm<false>(mma_kv, tKVrDOt, tKVrPt(_, _, _, buf), tdVrdV);
-      wg_gemm<false>(mma_kv, tKVrQt(_, _, _, rq.index()), tKVrdSt(_, _, _, buf), tdKrdK);
-      warpgroup_wait<2>();  // dQ slice 0 done
-      add_dq(tdQrdQ, _0{});
-      warpgroup_wait<1>();  // dV done: dO is free
-      pipe_do.consumer_release(rdo);
-      ++rdo;
+      if constexpr (kDvFirst) {
+        wg_gemm<false>(mma_kv, tKVrDOt, tKVrPt(_, _, _, buf), tdVrdV);
+        wg_gemm<true>(mma_dq, tDQrdS(_, _, _, buf), tDQrKt0, tdQrdQ);
+        wg_gemm<false>(mma_kv, tKVrQt(_, _, _, rq.index()), tKVrdSt(_, _, _, buf), tdKrdK);
+        warpgroup_wait<2>();  // dV done: dO is free
+        pipe_do.consumer_release(rdo);
+        ++rdo;
+        warpgroup_wait<1>();  // dQ slice 0 done
+        add_dq(tdQrdQ, _0{});
+      } else {
+        wg_gemm<true>(mma_dq, tDQrdS(_, _, _, buf), tDQrKt0, tdQrdQ);
+        wg_gemm<false>(mma_kv, tKVrDOt, tKVrPt(_, _, _, buf), tdVrdV);
+        wg_gemm<false>(mma_kv, tKVrQt(_, _, _, rq.index()), tKVrdSt(_, _, _, buf), tdKrdK);
+        warpgroup_wait<2>();  // dQ slice 0 done
+        add_dq(tdQrdQ, _0{});
+        warpgroup_wait<1>();  // dV done: dO is free
+        pipe_do.consumer_release(rdo);
+        ++rdo;
+      }
       warpgroup_wait<0>();  // dK done: the Q stage is free
       pipe_q.consumer_release(rq);
       ++rq;
@@ -497,7 +513,10 @@ void run_bwd_kv_dkvt(const AttnParams& p, int total_q, int total_k) {
   using Traits = BwdKvDkvtTraits<T, kHeadDim>;
   BwdKvDkvtParams<Traits> prm;
   set_kv_pass_tmas<Traits>(prm, p, total_q, total_k);
-  auto kernel = bwd_kv_dkvt_sm90_kernel<Traits>;
+  // dV first without a mask (variant 17: dQ first there too, the order until session 29)
+  const bool unmasked = p.window_left < 0 && p.window_right < 0;
+  auto kernel = unmasked && bwd_variant() != 17 ? bwd_kv_dkvt_sm90_kernel<Traits, true>
+                                                : bwd_kv_dkvt_sm90_kernel<Traits, false>;
   const int tiles = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
   if (tiles == 0) return;
   dim3 grid;

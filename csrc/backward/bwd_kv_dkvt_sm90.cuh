@@ -447,7 +447,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       // tensor cores; the second after them (its accumulator takes the first's registers).
       // Without a mask dV goes first (kDvFirst): dO's single stage is freed one GEMM earlier for
       // the next tile's load, at the price of slice 0's reductions starting one GEMM later;
-      // measured -2 to -3% unmasked and +1 to +2.5% causal at N = 2k-16k (bench/NOTES.md
+      // measured -1 to -3% unmasked and +1 to +2.5% causal at N = 2k-16k (bench/NOTES.md
       // session 29), so masked tiles keep dQ first.
       // dq_accum += dS~ K (unscaled), slice s of this warpgroup's 64 x 128 half in the order of
       // its m64n128 accumulator (tile.cuh, dq_accum_offset): a slice's values are that

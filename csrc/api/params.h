@@ -82,6 +82,8 @@ struct AttnParams {
   int total_q = 0, total_k = 0;         // varlen: rows of the packed q and k tensors
   float softmax_scale = 0.f;
   int window_left = -1, window_right = -1;  // -1 = unbounded; causal is right = 0
+  // A causal mask or a window (the dispatch's tile orders and shapes depend on it).
+  bool masked() const { return window_left >= 0 || window_right >= 0; }
   // Extra shift of the mask's diagonal: query i sits at key position i + (nk - nq) + diag_shift.
   // A query chunk at global position oq against a key chunk at ok: diag_shift = oq - ok - nk + nq.
   int diag_shift = 0;

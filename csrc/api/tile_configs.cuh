@@ -195,7 +195,7 @@ void forward_impl(const AttnParams& p) {
     // / -8.1%, 16k +2.2% / -3.2%. The overlap on top (item 7), against variant 4: causal 4k -2.0%
     // / +0.4%, 8k -3.0% / -1.0%, 16k -4.9% / -1.9%; no mask 2k -2.2% / -0.2%, 4k -4.2% / -1.5%,
     // 16k -5.9% / -2.4%. (Session 9 measured the overlap 2-7% slower with two warpgroups.)
-    const bool masked = p.window_left >= 0 || p.window_right >= 0;
+    const bool masked = p.masked();
     if constexpr (D == 64) {
       if (p.seqlen_q >= (masked ? 4096 : 2048)) {
         forward_sm90<T, D, 9>(p);

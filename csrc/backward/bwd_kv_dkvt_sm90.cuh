@@ -514,8 +514,7 @@ void run_bwd_kv_dkvt(const AttnParams& p, int total_q, int total_k) {
   BwdKvDkvtParams<Traits> prm;
   set_kv_pass_tmas<Traits>(prm, p, total_q, total_k);
   // dV first without a mask (variant 17: dQ first there too, the order until session 29)
-  const bool unmasked = p.window_left < 0 && p.window_right < 0;
-  auto kernel = unmasked && bwd_variant() != 17 ? bwd_kv_dkvt_sm90_kernel<Traits, true>
+  auto kernel = !p.masked() && bwd_variant() != 17 ? bwd_kv_dkvt_sm90_kernel<Traits, true>
                                                 : bwd_kv_dkvt_sm90_kernel<Traits, false>;
   const int tiles = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
   if (tiles == 0) return;

@@ -74,6 +74,7 @@ PYBIND11_MODULE(_C, m) {
       .def_readwrite("dv_accum", &AttnParams::dv_accum)
       .def_readwrite("out_f32", &AttnParams::out_f32)
       .def_readwrite("tile_counter", &AttnParams::tile_counter)
+      .def_readwrite("tile_counter_zeroed", &AttnParams::tile_counter_zeroed)
       .def_readwrite("pair_counters", &AttnParams::pair_counters)
       .def_readwrite("lse", &AttnParams::lse)
       .def_readwrite("stats", &AttnParams::stats)

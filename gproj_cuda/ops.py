@@ -100,7 +100,8 @@ def _k_shift_shape(k, cu_k):
     return ((cu_k.shape[0] - 1) if cu_k is not None else k.shape[0], k.shape[-2], k.shape[-1])
 
 
-def center_keys_cuda(k, cu_k, max_k, shift_only=False, flags=None, shift=None, approx=False):
+def center_keys_cuda(k, cu_k, max_k, shift_only=False, flags=None, shift=None, approx=False,
+                     counter=False):
     """Exact key centering on the GPU (csrc/prepost/center_keys.cuh): ``(K - c, c)``, bitwise
     equal to ``centering.center_keys`` (the PyTorch reference) in two fused kernels.
 
@@ -109,7 +110,10 @@ def center_keys_cuda(k, cu_k, max_k, shift_only=False, flags=None, shift=None, a
     unwritten (flag 0), and the forward kernel reads K there.
     ``shift``: c as an earlier call returned it for the same K (the forward's, in the backward):
     the range pass is skipped and only K' (and the flags) are written.
-    ``approx``: the queries' rule (``centering.query_shift``), for the dK GEMM's Q' = Q - c."""
+    ``approx``: the queries' rule (``centering.query_shift``), for the dK GEMM's Q' = Q - c.
+    ``counter`` (with the range pass, i.e. no ``shift``): also returns a one-int32 tensor that the
+    pass's memset zeroed (its workspace's spare word), for the forward's tile counter
+    (``forward_kernel``'s ``zeroed_counter``): ``(kc, shift, counter)``."""
     C = _ext.extension()
     varlen = cu_k is not None
     shape = _k_shift_shape(k, cu_k)
@@ -118,7 +122,8 @@ def center_keys_cuda(k, cu_k, max_k, shift_only=False, flags=None, shift=None, a
     p = C.Params()
     if shift is None:
         shift = torch.empty(shape, dtype=k.dtype, device=k.device)
-        work = torch.empty((2,) + shape, dtype=torch.int32, device=k.device)
+        # the ranges (2 x shape) and four spare words, all zeroed by the pass (params.h)
+        work = torch.empty(2 * math.prod(shape) + 4, dtype=torch.int32, device=k.device)
         p.center_workspace = work.data_ptr()
     else:
         if (tuple(shift.shape) != shape or shift.dtype != k.dtype or shift.device != k.device
@@ -144,6 +149,10 @@ def center_keys_cuda(k, cu_k, max_k, shift_only=False, flags=None, shift=None, a
     p.device = k.device.index
     p.stream = torch.cuda.current_stream(k.device).cuda_stream
     C.center_keys(p)
+    if counter:
+        if p.k_shift_given:
+            raise ValueError("center_keys_cuda: counter=True needs the range pass (no shift given)")
+        return kc, shift, work[-4:-3]
     return kc, shift
 
 
@@ -173,17 +182,21 @@ def forward_cuda(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics,
         # 1), the user's K elsewhere
         q, k, v = _kernel_ready(q), _kernel_ready(k), _kernel_ready(v)
         flags = torch.empty(_k_shift_shape(k, cu_k)[:2], dtype=torch.int32, device=k.device)
-        kc, shift = center_keys_cuda(k, cu_k, max_k, flags=flags)
+        kc, shift, counter = center_keys_cuda(k, cu_k, max_k, flags=flags, counter=True)
         res = forward_kernel(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics,
-                             k_shift=shift, k_centered=kc, center_flags=flags)
+                             k_shift=shift, k_centered=kc, center_flags=flags,
+                             zeroed_counter=counter)
     return res + (shift,) if return_k_shift else res
 
 
 def forward_kernel(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics, k_shift=None,
-                   k_centered=None, center_flags=None):
+                   k_centered=None, center_flags=None, zeroed_counter=None):
     """The forward kernel alone, on keys prepared by the caller (kernel-ready tensors): gproj
     needs ``k_shift``; with ``k_centered`` (and optionally the lazy pre-pass's ``center_flags``)
     it reads K' instead of ``k`` where centered (csrc/common/tile.cuh, reads_centered_keys).
+    ``zeroed_counter``: an int32 that holds 0 by the time the forward runs (the centering pass's,
+    ``center_keys_cuda(counter=True)``), taken as the tile counter without the launch's memset,
+    so that the forward directly follows the pre-pass's kernel (its programmatic dependent).
     Returns (out, lse, stats)."""
     varlen = cu_q is not None
     rs = _rowstat_shape(q, varlen, q.shape[-2])
@@ -199,7 +212,11 @@ def forward_kernel(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics, k
         p.k_centered, p.kc_stride = k_centered.data_ptr(), _strides3(k_centered, varlen)
     if center_flags is not None:
         p.k_center_flags = center_flags.data_ptr()
-    counter = tile_counter(p, q.device)  # noqa: F841 (alive until the launch is queued)
+    if zeroed_counter is not None and (p.window_left >= 0 or p.window_right >= 0):
+        p.tile_counter, p.tile_counter_zeroed = zeroed_counter.data_ptr(), 1
+        counter = zeroed_counter
+    else:
+        counter = tile_counter(p, q.device)  # noqa: F841 (alive until the launch is queued)
     _ext.extension().forward(p)
     return out, lse, stats
 

@@ -451,6 +451,31 @@ def test_hopper_forward_matches_mma_sync_oracle(dtype, d, numerics, variant, mon
         torch.testing.assert_close(hopper[1][fin], oracle[1][fin], rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("d", HDIMS)
+def test_forward_programmatic_launch_is_bitwise_the_serial_one(d, monkeypatch):
+    """Since session 30 the gproj sm90 forward is the programmatic dependent of the centering
+    pass's second kernel (itself the range pass's), and its tile counter is the centering
+    workspace's spare word, zeroed by the pass's memset.
+    GPROJ_FWD_AB=128 restores one launch after the other and the counter's own memset. Output,
+    LSE and softmax state must be bitwise equal: causal at N = 4k (the persistent kernels' tile
+    counter at d = 64 and 128), unmasked, and keys with an offset (K' written, read after the
+    wait) and without."""
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("needs a Hopper GPU")
+    g = torch.Generator(device=DEV).manual_seed(d + 29)
+    n = 4096
+    q, k, v = (rand(1, n, 4, d, g=g) for _ in range(3))
+    for koff, wr in ((0.0, 0), (3.0, 0), (3.0, -1)):
+        kk = (k.float() + koff).to(k.dtype)
+        got = {}
+        for ab in ("0", "128"):
+            monkeypatch.setenv("GPROJ_FWD_AB", ab)
+            got[ab] = forward_cuda(q, kk, v, None, None, n, n, d ** -0.5, -1, wr, "gproj")
+        monkeypatch.delenv("GPROJ_FWD_AB")
+        for a, b in zip(got["0"], got["128"]):
+            assert torch.isfinite(a).all() and torch.equal(a, b), (koff, wr)
+
+
 @pytest.mark.parametrize("numerics", ["gproj", "fa3"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_d64_three_warpgroup_forward_is_bitwise_the_two_warpgroup_one(causal, numerics, monkeypatch):

@@ -36,7 +36,9 @@ struct AttnParams {
   // kv head) pairs with a nonzero shift and records which (1) here. Forward: with k_centered set,
   // the kernels read K' where no flags are given or the flag is 1, else K (= K' there).
   uint64_t k_center_flags = 0;
-  uint64_t center_workspace = 0;  // centering pre-pass scratch: 2 * batch * head_k * dim uint32
+  // Centering pre-pass scratch: 2 * batch * head_k * dim + 4 uint32, zeroed by the pre-pass's
+  // memset; the word after the ranges stays 0 for the forward's tile counter (tile_counter_zeroed).
+  uint64_t center_workspace = 0;
   // Centering pre-pass: 1 = k_shift holds the shift already (the forward's, handed to the
   // backward), so the range pass is skipped and only K' (and k_center_flags) are written.
   int k_shift_given = 0;
@@ -59,6 +61,10 @@ struct AttnParams {
   // mask (query tiles handed out dynamically; the launch zeroes it on its stream first). 0: tiles
   // are dealt round robin.
   uint64_t tile_counter = 0;
+  // 1: tile_counter already holds 0 (the centering workspace's spare word, zeroed earlier in the
+  // stream), so the launch does not memset it: the forward then directly follows the centering
+  // pass's kernel, whose programmatic dependent it is (session 30).
+  int tile_counter_zeroed = 0;
   // Hopper backward, optional: int32 scratch, two per (sequence, kv head), zeroed by the launch.
   // [pair]: the query rows whose rowstate the λ (+ dQ) pass (gproj) or delta_kernel (fa3 mode)
   // has written, and dq_accum's zeros where there is one, summed over the kv head's query heads;

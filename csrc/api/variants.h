@@ -71,14 +71,17 @@ inline int tile_order() {
 //      (stage_and_store_rows, csrc/common/sm90.cuh);
 //  64: the keys' centering range pass reads every row (before session 25), without the probe that
 //      stops it where a block's first rows already leave every coordinate unshifted
-//      (csrc/prepost/center_keys.cuh).
-// Written as a decimal number (1 to 127).
+//      (csrc/prepost/center_keys.cuh);
+// 128: gproj's forward and the centering pre-pass's second kernel launched one after the other,
+//      not as programmatic dependents of the kernel before, and the persistent forward's tile
+//      counter zeroed by its own memset, not with the centering workspace (session 30).
+// Written as a decimal number (1 to 255).
 inline int fwd_ab() {
   const char* v = std::getenv("GPROJ_FWD_AB");
   if (v == nullptr) return 0;
   char* end = nullptr;
   const long bits = std::strtol(v, &end, 10);
-  return end != v && *end == '\0' && bits >= 1 && bits <= 127 ? int(bits) : 0;
+  return end != v && *end == '\0' && bits >= 1 && bits <= 255 ? int(bits) : 0;
 }
 
 // GPROJ_BWD_VARIANT for A/B runs of the gproj Hopper backward (fa3 mode: only variant 9):

@@ -43,6 +43,15 @@ __device__ __forceinline__ void pdl_wait_primary_in_last_block(bool leader) {
 #endif
 }
 
+// Dependent: waits until the primary grid has ended and its memory operations are visible (every
+// thread that calls it). Returns at once without a programmatic primary. The forward waits so at
+// its top (fwd_sm90.cuh), the centering pre-pass's second kernel likewise for its first.
+__device__ __forceinline__ void pdl_wait_primary() {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // Primary: adds `n` to a completion counter once the caller's writes, and those of every thread
 // that passed a barrier with it before, are visible at GPU scope (the fence makes the counter's
 // update a release of all of them).

@@ -20,6 +20,7 @@
 #include "../api/params.h"
 #include "../common/cuda_check.h"
 #include "../common/device.cuh"
+#include "../common/pdl.cuh"
 #include "../common/sm90.cuh"
 #include "../common/tile.cuh"
 
@@ -204,6 +205,12 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       ss.q_empty[i].init(Traits::kNumMmaThreads);
     }
   }
+  // gproj: launched as the programmatic dependent of the stream's previous kernel (run_forward):
+  // the block's start-up above overlaps that kernel's end, and nothing in global memory is read
+  // or written before it has ended (it is the centering pre-pass, which writes the shift, the
+  // lazy flags and K'; a caller's cu_seqlens may come from the kernel before). (Without a
+  // programmatic launch this returns at once.)
+  pdl_wait_primary();
   if constexpr (!Traits::kPersistent) {
     // Varlen slots (p.slot_rows): warp 0 finds this block's sequence, head and query tile
     // (slot_tile) while thread 0 initializes the barriers. The order is the old grid's, pair
@@ -822,15 +829,17 @@ void run_forward(const AttnParams& p, int total_q, int total_k) {
     prm.sched_group = int(std::max<int64_t>(1, std::min<int64_t>(int64_t(p.heads) * p.batch,
                                                                  (p.l2_bytes / 2) / kv_bytes)));
     // Under a mask the tiles differ in length: handed out by a counter (zeroed here, in the
-    // launch's stream, so CUDA graphs capture it as a memset node), unless the caller gave no
-    // scratch for it or GPROJ_FWD_AB bit 8 asks for the round robin.
+    // launch's stream, so CUDA graphs capture it as a memset node; in gproj mode with the
+    // centering workspace, tile_counter_zeroed), unless the caller gave no scratch for it or
+    // GPROJ_FWD_AB bit 8 asks for the round robin.
     const bool masked = p.window_left >= 0 || p.window_right >= 0;
     if (masked && (p.fwd_ab & 16)) prm.sched_group = 1;
     if (masked && p.tile_counter != 0 && !(p.fwd_ab & 8) && int64_t(grid.x) < tiles) {
       prm.tile_counter = reinterpret_cast<int*>(p.tile_counter);
-      check_cuda(cudaMemsetAsync(prm.tile_counter, 0, sizeof(int),
-                                 reinterpret_cast<cudaStream_t>(p.stream)),
-                 "forward (sm90): zeroing the tile counter");
+      if (!p.tile_counter_zeroed || (p.fwd_ab & 128))  // (gproj: zeroed with the centering workspace)
+        check_cuda(cudaMemsetAsync(prm.tile_counter, 0, sizeof(int),
+                                   reinterpret_cast<cudaStream_t>(p.stream)),
+                   "forward (sm90): zeroing the tile counter");
     }
   } else if (!slot_grid(prm.p, Traits::kBlockM, total_q, p.heads, grid)) {
     grid = tile_grid(prm.p, prm.num_m_blocks, p.heads, p.batch);
@@ -845,7 +854,13 @@ void run_forward(const AttnParams& p, int total_q, int total_k) {
     prm.div_heads = cutlass::FastDivmod(p.heads);
     prm.div_heads_per_kv = cutlass::FastDivmod(p.heads / p.heads_k);
   }
-  launch_sm90(kernel, grid, Traits::kNumThreads, smem, prm, p, "forward (sm90)");
+  // gproj: the programmatic dependent of the centering pass's second kernel (the call's kernel
+  // before it, ops.forward_cuda), so that its start-up runs under that pass (bench/NOTES.md
+  // session 30: 4-7 us less between the pre-pass and the forward at N = 2k-4k). fa3 mode has no
+  // pre-pass and keeps the plain launch: after a kernel that does not trigger its dependents
+  // early the launch would gain little, and it measured no faster.
+  launch_sm90(kernel, grid, Traits::kNumThreads, smem, prm, p, "forward (sm90)",
+              /*programmatic=*/kGProj && !(p.fwd_ab & 128));
 }
 
 }  // namespace sm90

@@ -25,6 +25,7 @@
 #include "../api/params.h"
 #include "../common/cuda_check.h"
 #include "../common/device.cuh"
+#include "../common/pdl.cuh"
 #include "../common/tile.cuh"
 
 namespace gproj {
@@ -79,6 +80,7 @@ __global__ void __launch_bounds__(256, kRangeBlocksPerSm)
                      uint32_t* hi_enc) {
   constexpr int kThreadsPerRow = D / 8, kRowsInFlight = 256 / kThreadsPerRow;
   constexpr int kProbeBatch = kProbeRows / kRowsInFlight;  // 2, 4, 8 row sets at d = 64, 128, 256
+  pdl_launch_dependents();  // the center kernel may launch (it waits for this grid's end)
   const GridTile gt = block_tile(p, p.cu_seqlens_k, p.heads_k);
   const int chunk = gt.tile, hk = gt.head, b = gt.batch;
   const SeqBounds seq(p, b);
@@ -172,6 +174,11 @@ template <typename T, int D>
 __global__ void __launch_bounds__(256) center_kernel(const AttnParams p, const uint32_t* lo_enc,
                                                      const uint32_t* hi_enc) {
   constexpr int kThreadsPerRow = D / 8, kRowsInFlight = 256 / kThreadsPerRow;
+  // Launched as the range pass's programmatic dependent (center_keys_impl): this grid's blocks
+  // start under the range pass and wait here for its end; the forward, the programmatic
+  // dependent of this grid, may launch as soon as every block of it has started.
+  pdl_launch_dependents();
+  pdl_wait_primary();
   const GridTile gt = block_tile(p, p.cu_seqlens_k, p.heads_k);
   const int chunk = gt.tile, hk = gt.head, b = gt.batch;
   const SeqBounds seq(p, b);
@@ -234,7 +241,8 @@ __global__ void __launch_bounds__(256) center_kernel(const AttnParams p, const u
   }
 }
 
-// K' = K - c and c, for every sequence and kv head. `workspace`: 2 * batch * heads_k * D uint32.
+// K' = K - c and c, for every sequence and kv head. `workspace`: 2 * batch * heads_k * D + 4
+// uint32, all zeroed here (the last four for the forward's tile counter: tile_counter_zeroed).
 // With p.k_shift_given, c is read from k_shift (the forward's pre-pass wrote it from the same K):
 // no workspace, no range pass; K' and the lazy flags come out bitwise as the forward's.
 // GPROJ_FWD_AB bit 64: the keys' range pass without the probe (one 256-row chunk per block, every
@@ -250,7 +258,8 @@ void center_keys_impl(const AttnParams& p) {
     const int64_t n = int64_t(p.batch) * p.heads_k * D;
     lo = reinterpret_cast<uint32_t*>(p.center_workspace);
     hi = lo + n;
-    check_cuda(cudaMemsetAsync(lo, 0x00, 2 * n * sizeof(uint32_t), stream),  // lo and hi
+    // lo and hi, and the spare word the forward may take as its tile counter (AttnParams)
+    check_cuda(cudaMemsetAsync(lo, 0x00, (2 * n + 4) * sizeof(uint32_t), stream),
                "center keys: memset");
     // The probe only for the keys' rule: the queries' (center_approx) is not monotone.
     const bool probe = !p.center_approx && !(p.fwd_ab & 64);
@@ -267,7 +276,11 @@ void center_keys_impl(const AttnParams& p) {
     key_range_kernel<T, D><<<rgrid, 256, 0, stream>>>(qr, rows, probe, lo, hi);
     check_cuda(cudaGetLastError(), "center keys: range");
   }
-  center_kernel<T, D><<<grid, 256, 0, stream>>>(q, lo, hi);
+  // As the range pass's programmatic dependent (GPROJ_FWD_AB bit 128: one after the other).
+  const uint32_t *lo_c = lo, *hi_c = hi;
+  check_cuda(launch_kernel(center_kernel<T, D>, grid, dim3(256), 0, stream,
+                           !p.k_shift_given && !(p.fwd_ab & 128), q, lo_c, hi_c),
+             "center keys: subtract");
   check_cuda(cudaGetLastError(), "center keys: subtract");
 }
 

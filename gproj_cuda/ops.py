@@ -114,6 +114,9 @@ def center_keys_cuda(k, cu_k, max_k, shift_only=False, flags=None, shift=None, a
     ``counter`` (with the range pass, i.e. no ``shift``): also returns a one-int32 tensor that the
     pass's memset zeroed (its workspace's spare word), for the forward's tile counter
     (``forward_kernel``'s ``zeroed_counter``): ``(kc, shift, counter)``."""
+    if counter and shift is not None:
+        raise ValueError("center_keys_cuda: counter=True needs the range pass, whose memset zeroes "
+                         "the counter; got a shift, which skips that pass")
     C = _ext.extension()
     varlen = cu_k is not None
     shape = _k_shift_shape(k, cu_k)
@@ -150,8 +153,6 @@ def center_keys_cuda(k, cu_k, max_k, shift_only=False, flags=None, shift=None, a
     p.stream = torch.cuda.current_stream(k.device).cuda_stream
     C.center_keys(p)
     if counter:
-        if p.k_shift_given:
-            raise ValueError("center_keys_cuda: counter=True needs the range pass (no shift given)")
         return kc, shift, work[-4:-3]
     return kc, shift
 

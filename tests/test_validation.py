@@ -152,3 +152,12 @@ def test_is_available_explains():
         assert isinstance(reason, str) and len(reason) > 20
     else:
         assert gproj_cuda.unavailable_reason() is None
+
+
+def test_center_keys_counter_needs_the_range_pass():
+    """The tile counter that the centering pass hands the forward is zeroed by its range pass's
+    memset, which a given shift skips: asking for both is refused before anything launches."""
+    from gproj_cuda.ops import center_keys_cuda
+    _, k, _ = qkv()
+    with pytest.raises(ValueError, match="counter=True needs the range pass"):
+        center_keys_cuda(k, None, k.shape[1], shift=torch.zeros(1, 2, 64).to(k.dtype), counter=True)

@@ -453,9 +453,9 @@ def test_hopper_forward_matches_mma_sync_oracle(dtype, d, numerics, variant, mon
 
 @pytest.mark.parametrize("d", HDIMS)
 def test_forward_programmatic_launch_is_bitwise_the_serial_one(d, monkeypatch):
-    """Since session 30 the gproj sm90 forward is the programmatic dependent of the centering
-    pass's second kernel (itself the range pass's), and its tile counter is the centering
-    workspace's spare word, zeroed by the pass's memset.
+    """Since session 30 the gproj sm90 forward at d = 64 and 128 is the programmatic dependent of
+    the centering pass's second kernel (at every head dim itself the range pass's), and its tile
+    counter is the centering workspace's spare word, zeroed by the pass's memset.
     GPROJ_FWD_AB=128 restores one launch after the other and the counter's own memset. Output,
     LSE and softmax state must be bitwise equal: causal at N = 4k (the persistent kernels' tile
     counter at d = 64 and 128), unmasked, and keys with an offset (K' written, read after the

@@ -205,11 +205,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       ss.q_empty[i].init(Traits::kNumMmaThreads);
     }
   }
-  // gproj: launched as the programmatic dependent of the stream's previous kernel (run_forward):
-  // the block's start-up above overlaps that kernel's end, and nothing in global memory is read
-  // or written before it has ended (it is the centering pre-pass, which writes the shift, the
-  // lazy flags and K'; a caller's cu_seqlens may come from the kernel before). (Without a
-  // programmatic launch this returns at once.)
+  // gproj at d = 64 and 128: launched as the programmatic dependent of the stream's previous
+  // kernel (run_forward): the block's start-up above overlaps that kernel's end, and nothing in
+  // global memory is read or written before it has ended (it is the centering pre-pass, which
+  // writes the shift, the lazy flags and K'; a caller's cu_seqlens may come from the kernel
+  // before). (Without a programmatic launch this returns at once.)
   pdl_wait_primary();
   if constexpr (!Traits::kPersistent) {
     // Varlen slots (p.slot_rows): warp 0 finds this block's sequence, head and query tile
@@ -854,13 +854,14 @@ void run_forward(const AttnParams& p, int total_q, int total_k) {
     prm.div_heads = cutlass::FastDivmod(p.heads);
     prm.div_heads_per_kv = cutlass::FastDivmod(p.heads / p.heads_k);
   }
-  // gproj: the programmatic dependent of the centering pass's second kernel (the call's kernel
-  // before it, ops.forward_cuda), so that its start-up runs under that pass (bench/NOTES.md
-  // session 30: 4-7 us less between the pre-pass and the forward at N = 2k-4k). fa3 mode has no
-  // pre-pass and keeps the plain launch: after a kernel that does not trigger its dependents
-  // early the launch would gain little, and it measured no faster.
+  // gproj at d = 64 and 128: the programmatic dependent of the centering pass's second kernel
+  // (the call's kernel before it, ops.forward_cuda), so that its start-up runs under that pass
+  // (bench/NOTES.md session 30: 4-7 us less between the pre-pass and the forward at N = 2k-4k,
+  // -0.3 to -1.1% of the call interleaved). At d = 256 the same launch measured 1-2% slower in
+  // two interleaved runs (the timeline read it faster; not understood), and fa3 mode has no
+  // pre-pass to hide under (it measured no faster): both keep the plain launch.
   launch_sm90(kernel, grid, Traits::kNumThreads, smem, prm, p, "forward (sm90)",
-              /*programmatic=*/kGProj && !(p.fwd_ab & 128));
+              /*programmatic=*/kGProj && kHeadDim != 256 && !(p.fwd_ab & 128));
 }
 
 }  // namespace sm90

@@ -41,12 +41,16 @@ def _new(shape, dtype, device):
     return torch.empty(shape, dtype=dtype, device=device)
 
 
-def tile_counter(p, device) -> Optional[Tensor]:
+def tile_counter(p, device, zeroed=None) -> Optional[Tensor]:
     """Scratch for the persistent Hopper forward's tile counter (AttnParams::tile_counter), set
-    in ``p`` under a mask (where its query tiles differ in length); the launch zeroes it. The
-    caller keeps the returned tensor alive until the launch is queued."""
+    in ``p`` under a mask (where its query tiles differ in length); the launch zeroes it, unless
+    ``zeroed`` (an int32 already 0 by then: the centering pass's) is taken. The caller keeps the
+    returned tensor alive until the launch is queued."""
     if p.window_left < 0 and p.window_right < 0:
         return None
+    if zeroed is not None:
+        p.tile_counter, p.tile_counter_zeroed = zeroed.data_ptr(), 1
+        return zeroed
     counter = torch.empty(1, dtype=torch.int32, device=device)
     p.tile_counter = counter.data_ptr()
     return counter
@@ -213,11 +217,7 @@ def forward_kernel(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics, k
         p.k_centered, p.kc_stride = k_centered.data_ptr(), _strides3(k_centered, varlen)
     if center_flags is not None:
         p.k_center_flags = center_flags.data_ptr()
-    if zeroed_counter is not None and (p.window_left >= 0 or p.window_right >= 0):
-        p.tile_counter, p.tile_counter_zeroed = zeroed_counter.data_ptr(), 1
-        counter = zeroed_counter
-    else:
-        counter = tile_counter(p, q.device)  # noqa: F841 (alive until the launch is queued)
+    counter = tile_counter(p, q.device, zeroed_counter)  # noqa: F841 (alive until queued)
     _ext.extension().forward(p)
     return out, lse, stats
 

@@ -53,7 +53,10 @@ if os.environ.get("SANITIZE_ONLY_CENTERING") == "1":
 # The persistent forward's tile counter (session 15) alone: more query tiles than SMs under a
 # causal mask, over as many keys and over fewer (the top tiles see none), every head dim and mode
 if os.environ.get("SANITIZE_ONLY_TILES") == "1":
-    for d, variant in ((64, "8"), (64, "4"), (64, "9"), (128, "8"), (256, "3")):  # persistent
+    # persistent, and (session 31) the one-tile d = 128 176-key and d = 256 80-key kernels with
+    # the P.V wait inside the softmax over many key tiles
+    for d, variant in ((64, "8"), (64, "4"), (64, "9"), (128, "8"), (256, "3"), (128, "9"),
+                       (256, "6")):
         os.environ["GPROJ_FWD_VARIANT"] = variant
         for numerics in ("gproj", "fa3"):
             for nk in (1100, 300):

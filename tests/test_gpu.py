@@ -423,12 +423,12 @@ def test_cuda_graph_capture_and_replay():
 @pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "fp16"])
 @pytest.mark.parametrize("d", HDIMS)
 @pytest.mark.parametrize("numerics", ["gproj", "fa3"])
-@pytest.mark.parametrize("variant", ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10"],
+@pytest.mark.parametrize("variant", ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11"],
                          ids=["default", "no-pingpong", "rescale-skip-flipped",
                               "persistence-flipped", "persistent176-or-d64-3wg",
                               "three-warpgroups", "p-smem-192", "p-smem-160",
                               "two-warpgroups", "nonpersistent176-or-d64-overlap",
-                              "k-wait-order-flipped"])
+                              "k-wait-order-flipped", "pv-wait-at-top"])
 def test_hopper_forward_matches_mma_sync_oracle(dtype, d, numerics, variant, monkeypatch):
     """The sm_90a forward (TMA + WGMMA) against the mma.sync kernel it replaces: both within the
     emulator's error of float64, on causal, windowed and varlen problems; every tile variant
@@ -525,6 +525,36 @@ def test_forward_k_wait_order_changes_no_bit(d, causal, numerics, monkeypatch):
         runs.append((o, lse))
     torch.testing.assert_close(runs[0][0], runs[1][0], rtol=0, atol=0)
     torch.testing.assert_close(runs[0][1], runs[1][1], rtol=0, atol=0)
+    if not causal:  # and not garbage: the first rows against float64
+        assert row_rel_err(runs[1][0][:, :256], reference.attention(q[:, :256], k, v)) < 1e-2
+
+
+@pytest.mark.parametrize("numerics", ["gproj", "fa3"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", HDIMS)
+def test_forward_pv_wait_place_changes_no_bit(d, causal, numerics, monkeypatch):
+    """Since session 31 the sm90 forward waits for P.V inside the softmax, after an anchoring
+    exponential (FwdTraits::kPvWaitInSoftmax), in the kernels the default runs from N = 2k, and
+    at d = 128 and 256 skips the O rescale where no row max of a warp moved; variant 11 is the
+    same kernel with the wait at the top of the next iteration, as before. Only the order of
+    waits, releases and the rescale changes (multiplying by 1 is exact): output and LSE must be
+    bitwise those of the base kernel (d = 64: variant 9's three warpgroups, d = 128: variant 0's
+    kernel, d = 256: variant 6's 80-key tiles), bf16, over many key tiles, with a partial last
+    tile, a causal mask (d = 64 / 128: the tile counter) and a key offset."""
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("needs a Hopper GPU")
+    n = 4100
+    g = torch.Generator(device=DEV).manual_seed(31 + d + int(causal))
+    q, k, v = (rand(2, n, 4, d, g=g) for _ in range(3))
+    k = k + 2
+    s, wr = d ** -0.5, (0 if causal else -1)
+    runs = []
+    for var in ({64: "9", 128: "8", 256: "6"}[d], "11"):
+        monkeypatch.setenv("GPROJ_FWD_VARIANT", var)
+        o, lse, _ = forward_cuda(q, k, v, None, None, n, n, s, -1, wr, numerics)
+        runs.append((o, lse))
+    torch.testing.assert_close(runs[1][0], runs[0][0], rtol=0, atol=0)
+    torch.testing.assert_close(runs[1][1], runs[0][1], rtol=0, atol=0)
     if not causal:  # and not garbage: the first rows against float64
         assert row_rel_err(runs[1][0][:, :256], reference.attention(q[:, :256], k, v)) < 1e-2
 

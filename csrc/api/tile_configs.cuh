@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include "../backward/bwd_dkdv_kernel.cuh"
 #include "../backward/bwd_kv_sm90.cuh"
 #include "../backward/bwd_kv_dkvt_sm90.cuh"
@@ -178,6 +179,11 @@ void forward_impl(const AttnParams& p) {
       case 8: forward_sm90<T, D, 0>(p); return;  // variant 0's kernel at every shape
       case 9: forward_sm90<T, D, 9>(p); return;
       case 10: forward_sm90<T, D, 10>(p); return;  // K waited for after the turn (FwdTiles)
+      // The P.V wait at the top of the next iteration, the form before session 31, on the kernel
+      // the default runs from N = 2k (FwdTiles); bf16 only (else the default).
+      case 11:
+        if constexpr (std::is_same_v<T, bf16>) { forward_sm90<T, D, 11>(p); return; }
+        break;
       default: break;
     }
 #endif
@@ -203,7 +209,7 @@ void forward_impl(const AttnParams& p) {
       }
     }
     // d = 128: persistent (variant 0), except under a mask beyond N = 8k, where one tile per
-    // block (variant 3, pair after pair) measured faster; fa3 / gproj time, persistent against
+    // block (variant 3, pair after pair; since session 31 variant 9, below) measured faster; fa3 / gproj time, persistent against
     // one-tile blocks, interleaved (bench/NOTES.md session 13, items 4 and 7): no mask 1k
     // -4% / -3%, 2k -1% / -2%, 8k 0% / -2%; causal 2k -3.5% / -4.5%, 4k +1% / -1%, 16k +19% /
     // +17%; since the tile decode lost its divisions (session 14, item 10): causal 4k -0.6% /
@@ -228,8 +234,15 @@ void forward_impl(const AttnParams& p) {
       }
     }
     if constexpr (D == 128) {
-      if ((masked && p.seqlen_q > 8192) || p.cu_seqlens_q != 0) {
+      if (p.cu_seqlens_q != 0) {
         forward_sm90<T, D, 3>(p);
+        return;
+      }
+      // Under a mask beyond N = 8k: one-tile blocks, since session 31 on 176-key tiles (variant
+      // 9; with the P.V wait inside the softmax it measured 3-5% faster than variant 3's 128 keys
+      // at 16k causal in both modes, bench/NOTES.md session 31).
+      if (masked && p.seqlen_q > 8192) {
+        forward_sm90<T, D, 9>(p);
         return;
       }
       if (!masked && p.seqlen_q >= 8192 && p.numerics == int(Numerics::kFA3)) {

@@ -26,20 +26,22 @@ inline int env_int_in(const char* name, int lo, int hi) {
   return x >= lo && x <= hi ? x : 0;
 }
 
-// GPROJ_FWD_VARIANT=1..10: experimental sm90 forward variants for A/B measurements
+// GPROJ_FWD_VARIANT=1..11: experimental sm90 forward variants for A/B measurements
 // (fwd_sm90.cuh, run_forward: no pingpong, O-rescale skipping flipped, persistence flipped,
 // kBlockN 176, three consumer warpgroups, three with P through shared memory on 192- / 160-key
 // tiles; 8: variant 0's kernel at every shape, without forward_impl's choices of three
 // warpgroups at d = 64 and of one-tile blocks or 176-key tiles at d = 128 in tile_configs.cuh;
 // 9: kBlockN 176 at d = 128 without persistence; 10: the other order of the K wait and the
 // pingpong turn (the default's: before the turn at d = 64 and 128 since session 18, after it at
-// d = 256), on the kernel the default runs from N = 2k); 0 or unset: the default.
+// d = 256), on the kernel the default runs from N = 2k); 11: that kernel with the P.V wait at the
+// top of the next iteration (the form before session 31; bf16 only, else the default); 0 or
+// unset: the default.
 // Built with GPROJ_FWD_VARIANTS=OFF (GPROJ_NO_FWD_VARIANTS) only the default exists.
 inline int fwd_variant() {
 #ifdef GPROJ_NO_FWD_VARIANTS
   return 0;
 #else
-  return env_int_in("GPROJ_FWD_VARIANT", 1, 10);
+  return env_int_in("GPROJ_FWD_VARIANT", 1, 11);
 #endif
 }
 

@@ -215,6 +215,16 @@ __device__ __forceinline__ void turn_pass(int consumer) {
   const int next = consumer + 1 == kConsumers ? 0 : consumer + 1;
   asm volatile("bar.arrive %0, 256;\n" ::"r"(8 + next) : "memory");
 }
+// An arrive on a CTA-local mbarrier by the threads where `pred` holds. The predicate is a data
+// dependence of the arrive (the forward makes it one that always holds, computed from a softmax
+// value, so that ptxas cannot schedule the arrive, nor a wgmma wait after it, above that value;
+// FwdTraits::kPvWaitInSoftmax).
+__device__ __forceinline__ void mbarrier_arrive_if(const void* bar, bool pred) {
+  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(bar));
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %1, 0;\n @p mbarrier.arrive.shared::cta.b64 _, [%0];\n}\n"
+      ::"r"(a), "r"(uint32_t(pred)) : "memory");
+}
 // One consumer warpgroup's own barrier (named barriers 11-13, 128 threads; the backward uses 10
 // for both its consumer warpgroups together).
 __device__ __forceinline__ void wg_sync(int consumer) {

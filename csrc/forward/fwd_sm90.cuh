@@ -32,7 +32,7 @@ using namespace cute;
 template <typename T_, int kHeadDim_, int kBlockN_, int kStages_, bool kPingpong_,
           bool kPersistent_, bool kSkipRescale_ = true, int kMmaWarpGroups_ = 2,
           bool kPvFromSmem_ = false, bool kPvWaitAtTop_ = (kHeadDim_ >= 128),
-          bool kKWaitFirst_ = false>
+          bool kKWaitFirst_ = false, bool kPvWaitInSoftmax_ = false>
 struct FwdTraits : Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_, kMmaWarpGroups_> {
   using Base = Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_, kMmaWarpGroups_>;
   using typename Base::Element;
@@ -66,6 +66,20 @@ struct FwdTraits : Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_, kMmaWarpGroups_>
   // mode 0 to -1.7% (three runs); d = 64 fa3 mode -0.4 to -1.0%, gproj 0 to -0.2%; d = 256 +0.2
   // to +0.8% slower. The default at d = 64 and 128 (FwdTiles; variant 10: the other order).
   static constexpr bool kKWaitFirst = kKWaitFirst_;
+  // P.V waited for inside the softmax, among its exponentials, with the O rescale and P's
+  // conversion after it: FlashAttention-3's place (its d = 128 SASS: the wait after ~19 of a
+  // thread's 66 MUFU, the F2FPs and the rescale's FMULs among the rest). Written so, ptxas
+  // hoists the wait (WARPGROUP.DEPBAR) to the top of the softmax's basic block, before the row
+  // max: no overlap with P.V at all (bench/NOTES.md sessions 9, 18). FlashAttention-3's wait
+  // stays lower because its K release, an arrive that ptxas keeps before the wait, sinks into
+  // the exp2 stream. Here that release is predicated on an exponential's value (kPvWaitAfter),
+  // a data dependence that keeps the arrive, and the wait after it, below that MUFU. Interleaved
+  // A/B against the wait at the top of the next iteration (kPvWaitAtTop; variant 11), with the O
+  // rescale's skipping (run_forward), session 31: d = 128 N = 2k-16k fa3 mode -3 to -8%, gproj -2
+  // to -9%; d = 64 fa3 mode -2 to -4%, gproj -1 to +1%; d = 256 fa3 mode 0 to -1%, gproj -1 to
+  // -3.5% (bench/NOTES.md).
+  static constexpr bool kPvWaitInSoftmax = kPvWaitInSoftmax_;
+  static_assert(!(kPvWaitInSoftmax && kPvWaitAtTop), "one place for the P.V wait");
   using typename Base::SmemLayoutVt;  // V^T
   // P for O = P V: from registers (the S accumulator, rounded), or written to shared memory
   // (stmatrix) and read from there, FlashAttention-3's choice for d = 64 without a mask: with
@@ -445,7 +459,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     // Mask + online softmax of one S tile, in place (S <- p); returns nothing, records in
     // `rescale` the factor the O accumulator must be multiplied by before the next P.V.
     float rescale[kRows];
-    auto softmax = [&](auto& tSrS, int nb) {
+    auto softmax = [&](auto& tSrS, int nb, auto&& mid) {
       const int n0 = nb * kBlockN;
       Tensor s_rc = make_tensor(tSrS.data(), acc_rowcol(tSrS.layout()));
       if (nb >= full_hi || nb < full_lo) {  // (mask.tile_partial)
@@ -462,6 +476,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
           mask_row_ranges<true, true>(s_rc, sc_rc, keys, -INFINITY);
         }
       }
+      constexpr int kCols = decltype(size<1>(s_rc))::value;
+      float m_use[kRows], sum[kRows];
       CUTLASS_PRAGMA_UNROLL
       for (int r = 0; r < kRows; ++r) {
         // Row max in four independent chains (max is exact, so the order does not matter): a
@@ -469,29 +485,48 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         // chains start from the row's first four scores, one of them with the running max
         // folded in (the same in the quad's four lanes), not from -inf: 34 FMNMX per row of 128
         // keys instead of 38 (session 16; FlashAttention-3's count).
-        static_assert(decltype(size<1>(s_rc))::value >= 4, "four max chains");
+        static_assert(kCols >= 4, "four max chains");
         float mx4[4] = {fmaxf(row_max[r], s_rc(r, 0)), s_rc(r, 1), s_rc(r, 2), s_rc(r, 3)};
         CUTLASS_PRAGMA_UNROLL
-        for (int j = 4; j < size<1>(s_rc); ++j) mx4[j % 4] = fmaxf(mx4[j % 4], s_rc(r, j));
+        for (int j = 4; j < kCols; ++j) mx4[j % 4] = fmaxf(mx4[j % 4], s_rc(r, j));
         const float mx = fmaxf(fmaxf(mx4[0], mx4[1]), fmaxf(mx4[2], mx4[3]));
         const float m_new = quad_max(mx);
-        const float m_use = m_new == -INFINITY ? 0.f : m_new;  // row sees no key yet: p = 0
-        rescale[r] = exp2_approx((row_max[r] - m_use) * c);
+        m_use[r] = m_new == -INFINITY ? 0.f : m_new;  // row sees no key yet: p = 0
+        rescale[r] = exp2_approx((row_max[r] - m_use[r]) * c);
         row_max[r] = m_new;
-        float sum = 0.f;
-        CUTLASS_PRAGMA_UNROLL
-        for (int j = 0; j < size<1>(s_rc); ++j) {
-          float x;
-          if constexpr (kGProj) {
-            x = exp2_approx((s_rc(r, j) - m_use) * c);       // exact max: exp2(0) = 1
-          } else {
-            x = exp2_approx(fmaf(s_rc(r, j), c, -(m_use * c)));  // FA3's fused form
-          }
-          s_rc(r, j) = x;
-          sum += x;
-        }
-        row_sum[r] = row_sum[r] * rescale[r] + sum;
+        sum[r] = 0.f;
       }
+      // The exponentials in row-major order; `mid` gets the value of the kPvWaitAfter-th
+      // (FwdTraits::kPvWaitInSoftmax), the row sums keep their order either way.
+      auto exp_range = [&](int lo, int hi) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int r = 0; r < kRows; ++r) {
+          CUTLASS_PRAGMA_UNROLL
+          for (int j = 0; j < kCols; ++j) {
+            if (r * kCols + j < lo || r * kCols + j >= hi) continue;
+            float x;
+            if constexpr (kGProj) {
+              x = exp2_approx((s_rc(r, j) - m_use[r]) * c);       // exact max: exp2(0) = 1
+            } else {
+              x = exp2_approx(fmaf(s_rc(r, j), c, -(m_use[r] * c)));  // FA3's fused form
+            }
+            s_rc(r, j) = x;
+            sum[r] += x;
+          }
+        }
+      };
+      // Which exponential anchors the P.V wait: chosen from the SASS, where ptxas's order of the
+      // MUFUs, not the source's, decides. At d = 128 the 10th puts the wait after 18 of 66 MUFU in
+      // fa3 mode, the 33rd after 13 in gproj mode; measured best of the places tried (fa3 mode
+      // 16-55 MUFU, gproj 8-55; bench/NOTES.md session 31), FlashAttention-3's is 19.
+      constexpr int kPvWaitAfter = kGProj ? 33 : 10;
+      constexpr int kSplit = Traits::kPvWaitInSoftmax ? kPvWaitAfter : kRows * kCols;
+      static_assert(kSplit >= 1 && kSplit <= kRows * kCols, "the P.V wait's place in the softmax");
+      exp_range(0, kSplit);
+      mid(s_rc((kSplit - 1) / kCols, (kSplit - 1) % kCols));
+      exp_range(kSplit, kRows * kCols);
+      CUTLASS_PRAGMA_UNROLL
+      for (int r = 0; r < kRows; ++r) row_sum[r] = row_sum[r] * rescale[r] + sum[r];
     };
     // O *= rescale once P.V is done. Skipped when no row of the warp changed its max: multiplying
     // by 1 is exact, and on long rows the max settles early. (FlashAttention-3's order, the
@@ -575,7 +610,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       warpgroup_wait<0>();
       pipe_k.consumer_release(rd_k);
       ++rd_k;
-      softmax(tSrS, nb_max - 1);
+      softmax(tSrS, nb_max - 1, [](float) {});
       // Steady state: S of tile nb and P.V of tile nb + 1 in flight together; the softmax of
       // tile nb runs while the tensor cores finish P.V (intra-warpgroup overlap). With
       // kPvWaitAtTop, P.V is waited for at the top of the next iteration (finish_pv), so that the
@@ -603,10 +638,27 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         wg_gemm<false>(mma_pv, tOrPa, tOrV(_, _, _, rd_v.index()), tOrO);
         if constexpr (Traits::kPingpong) turn_pass<kWGs>(consumer);
         warpgroup_wait<1>();  // S done (P.V may still run)
-        pipe_k.consumer_release(rd_k);
-        ++rd_k;
-        softmax(tSrS, nb);
-        if constexpr (!Traits::kPvWaitAtTop) finish_pv(true);
+        if constexpr (!Traits::kPvWaitInSoftmax) {
+          pipe_k.consumer_release(rd_k);
+          ++rd_k;
+        }
+        if constexpr (Traits::kPvWaitInSoftmax) {
+          // P.V waited for inside the softmax (FwdTraits::kPvWaitInSoftmax): the K stage's release
+          // is predicated on an exponential's value (true for any exp2 result, NaN included),
+          // which keeps it, and the wait that ptxas keeps after it, below that exponential.
+          softmax(tSrS, nb, [&](float x) {
+            mbarrier_arrive_if(&ss.pipe_k.empty_barrier_[rd_k.index()], !(x < 0.f));
+            ++rd_k;
+            warpgroup_wait<0>();
+            pipe_v.consumer_release(rd_v);
+            ++rd_v;
+          });
+          to_p(tSrS, tOrP);
+          rescale_o();
+        } else {
+          softmax(tSrS, nb, [](float) {});
+          if constexpr (!Traits::kPvWaitAtTop) finish_pv(true);
+        }
       }
       if constexpr (Traits::kPvWaitAtTop) finish_pv(nb_max - 2 >= nb_min);
       if constexpr (Traits::kPingpong) turn_wait(consumer);
@@ -745,28 +797,35 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 //   default there on dense batches since session 16, forward_impl), 7 the same with 160-key
 //   tiles at d = 64, 9 176-key tiles at d=128 without persistence (0 B spill, where the
 //   persistent variant 4 spills 48 B; FlashAttention-3's d = 128 non-causal tile; since
-//   session 13 fa3 mode's default without a mask from N = 8k,
-//   forward_impl), and at d = 64 variant 4 with P.V waited for at the top of the next iteration
+//   session 13 fa3 mode's default without a mask from N = 8k, since session 31 both modes'
+//   under a mask beyond 8k, forward_impl), and at d = 64 variant 4 with P.V waited for at the top of the next iteration
 //   (the softmax overlapping P.V inside a warpgroup, as at d >= 128).
+// Since session 31 P.V is waited for inside the softmax (FwdTraits::kPvWaitInSoftmax) in every
+// d = 128 variant and in the kernels the default runs from N = 2k at d = 64 and 256 (variants 9,
+// 6 and their variant 10); variant 11 is that kernel (d = 64 variant 9's, d = 128 variant 0's,
+// d = 256 variant 6's) with the wait at the top of the next iteration, the form before.
 template <int kHeadDim, int kVariant> struct FwdTiles;
 // Variant 10 is the other order of the K wait and the pingpong turn (FwdTraits::kKWaitFirst:
 // after the turn at d = 64 and 128, before it at d = 256) on the kernel the default runs from
 // N = 2k: d = 64 variant 9's, d = 128 variant 0's, d = 256 variant 6's.
 template <int V> struct FwdTiles<64, V> {
   static constexpr int kBlockN = V == 6 ? 192 : V == 7 ? 160 : 128, kStages = 2;
-  static constexpr int kMmaWarpGroups = (V >= 4 && V <= 7) || V == 9 || V == 10 ? 3 : 2;
+  static constexpr int kMmaWarpGroups = (V >= 4 && V <= 7) || V >= 9 ? 3 : 2;
   static constexpr bool kPvFromSmem = V == 6 || V == 7;
-  // variant 9: variant 4 with P.V waited at the top
-  static constexpr bool kPvWaitAtTop = V == 9 || V == 10;
+  // variant 9: variant 4 with P.V waited for inside the softmax (at the top of the next
+  // iteration from session 15 to 30: variant 11)
+  static constexpr bool kPvWaitInSoftmax = V == 9 || V == 10, kPvWaitAtTop = V == 11;
   static constexpr bool kKWaitFirst = V != 10;
 };
 template <int V> struct FwdTiles<128, V> {
   static constexpr int kBlockN = V == 4 || V == 9 ? 176 : 128, kStages = 2, kMmaWarpGroups = 2;
-  static constexpr bool kPvFromSmem = false, kPvWaitAtTop = true, kKWaitFirst = V != 10;
+  static constexpr bool kPvFromSmem = false, kPvWaitAtTop = V == 11, kKWaitFirst = V != 10;
+  static constexpr bool kPvWaitInSoftmax = V != 11;
 };
 template <int V> struct FwdTiles<256, V> {
-  static constexpr int kBlockN = V == 6 || V == 10 ? 80 : 64, kStages = 2, kMmaWarpGroups = 2;
-  static constexpr bool kPvFromSmem = false, kPvWaitAtTop = true, kKWaitFirst = V == 10;
+  static constexpr int kBlockN = V == 6 || V >= 10 ? 80 : 64, kStages = 2, kMmaWarpGroups = 2;
+  static constexpr bool kPvWaitInSoftmax = V == 6 || V == 10;
+  static constexpr bool kPvFromSmem = false, kPvWaitAtTop = !kPvWaitInSoftmax, kKWaitFirst = V == 10;
 };
 
 template <typename T, int kHeadDim, bool kGProj, int kVariant = 0>
@@ -776,7 +835,14 @@ void run_forward(const AttnParams& p, int total_q, int total_k) {
   // N = 4k-8k (bench/NOTES.md, "sm90 forward variants"); at d = 64 neutral in fa3 mode and
   // +5-15% in gproj mode, whose softmax has one more FP32 instruction per score (v4).
   constexpr bool kPingpong = kVariant != 1;
-  constexpr bool kSkipRescale = (kVariant == 2) == kPingpong;
+  // O-rescale skipping (FwdTraits::kSkipRescale): with the P.V wait inside the softmax the
+  // rescale's FMULs trail the exp2 stream (ptxas puts them after the last MUFU whatever the
+  // source order), and skipping them where no row max of the warp moved measured faster at
+  // d = 128 (fa3 mode 8k -2.2%, 16k -4.8%, gproj 0 to -0.7%) and at d = 256 (0 to -1.2%), not at
+  // d = 64 (gproj 2k +1.5%; bench/NOTES.md session 31); otherwise only without pingpong (v4).
+  // Variant 2 flips it.
+  constexpr bool kSkipByDefault = Tiles::kPvWaitInSoftmax ? kHeadDim != 64 : !kPingpong;
+  constexpr bool kSkipRescale = (kVariant == 2) != kSkipByDefault;
   // Persistent at d = 64 and 128 (variant 3 flips it): at d = 64 it measured +3-7% in gproj
   // mode and -4 to +1% in fa3 mode (bench/NOTES.md v4); at d = 256 -4%. At d = 128 neutral
   // until session 13, when the O store by TMA and K loaded a tile ahead made it 1-5% faster
@@ -786,12 +852,12 @@ void run_forward(const AttnParams& p, int total_q, int total_k) {
   // consumer warpgroups, stay non-persistent: the form that was measured; variant 5 is the
   // d = 64 default at long N, see forward_impl.)
   constexpr bool kPersistent = kVariant == 4 ||
-                               (kHeadDim == 64 && (kVariant == 9 || kVariant == 10)) ||
-                               (kHeadDim == 128 && kVariant == 10) ||
+                               (kHeadDim == 64 && kVariant >= 9) ||
+                               (kHeadDim == 128 && kVariant >= 10) ||
                                (kVariant < 5 && ((kVariant == 3) != (kHeadDim != 256)));
   using Traits = FwdTraits<T, kHeadDim, Tiles::kBlockN, Tiles::kStages, kPingpong, kPersistent,
                            kSkipRescale, Tiles::kMmaWarpGroups, Tiles::kPvFromSmem,
-                           Tiles::kPvWaitAtTop, Tiles::kKWaitFirst>;
+                           Tiles::kPvWaitAtTop, Tiles::kKWaitFirst, Tiles::kPvWaitInSoftmax>;
   const bool varlen = p.cu_seqlens_q != 0;
   FwdKernelParams<Traits> prm;
   set_tma_extents(prm, p, total_q, total_k);
@@ -832,7 +898,7 @@ void run_forward(const AttnParams& p, int total_q, int total_k) {
     // launch's stream, so CUDA graphs capture it as a memset node; in gproj mode with the
     // centering workspace, tile_counter_zeroed), unless the caller gave no scratch for it or
     // GPROJ_FWD_AB bit 8 asks for the round robin.
-    const bool masked = p.window_left >= 0 || p.window_right >= 0;
+    const bool masked = p.masked();
     if (masked && (p.fwd_ab & 16)) prm.sched_group = 1;
     if (masked && p.tile_counter != 0 && !(p.fwd_ab & 8) && int64_t(grid.x) < tiles) {
       prm.tile_counter = reinterpret_cast<int*>(p.tile_counter);

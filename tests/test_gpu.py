@@ -501,6 +501,28 @@ def test_d64_three_warpgroup_forward_is_bitwise_the_two_warpgroup_one(causal, nu
         assert row_rel_err(out3[:, :512], reference.attention(q[:, :512], k, v)) < 1e-2
 
 
+def assert_variant_is_bitwise_the_base(d, causal, numerics, variant, n, seed, monkeypatch):
+    """Output and LSE of sm90 forward variant `variant` bitwise those of the kernel the default
+    runs from N = 2k (d = 64: variant 9's three warpgroups, d = 128: variant 0's kernel, d = 256:
+    variant 6's 80-key tiles), bf16, n rows and keys with an offset (the centering path too),
+    causal or not; without a mask also the first rows against float64 (not garbage)."""
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("needs a Hopper GPU")
+    g = torch.Generator(device=DEV).manual_seed(seed)
+    q, k, v = (rand(2, n, 4, d, g=g) for _ in range(3))
+    k = k + 2
+    s, wr = d ** -0.5, (0 if causal else -1)
+    runs = []
+    for var in ({64: "9", 128: "8", 256: "6"}[d], variant):
+        monkeypatch.setenv("GPROJ_FWD_VARIANT", var)
+        o, lse, _ = forward_cuda(q, k, v, None, None, n, n, s, -1, wr, numerics)
+        runs.append((o, lse))
+    torch.testing.assert_close(runs[1][0], runs[0][0], rtol=0, atol=0)
+    torch.testing.assert_close(runs[1][1], runs[0][1], rtol=0, atol=0)
+    if not causal:
+        assert row_rel_err(runs[1][0][:, :256], reference.attention(q[:, :256], k, v)) < 1e-2
+
+
 @pytest.mark.parametrize("numerics", ["gproj", "fa3"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("d", HDIMS)
@@ -511,22 +533,8 @@ def test_forward_k_wait_order_changes_no_bit(d, causal, numerics, monkeypatch):
     (GPROJ_FWD_VARIANT=10) on the same tiles (d = 64: variant 9's three warpgroups, d = 128:
     variant 0's kernel, d = 256: variant 6's 80-key tiles), with partial tiles, a causal mask
     and a key offset."""
-    if torch.cuda.get_device_capability()[0] < 9:
-        pytest.skip("needs a Hopper GPU")
-    n = 2100
-    g = torch.Generator(device=DEV).manual_seed(d + int(causal))
-    q, k, v = (rand(2, n, 4, d, g=g) for _ in range(3))
-    k = k + 2  # keys with an offset: the centering path too
-    s, wr = d ** -0.5, (0 if causal else -1)
-    runs = []
-    for variant in ({64: "9", 128: "8", 256: "6"}[d], "10"):
-        monkeypatch.setenv("GPROJ_FWD_VARIANT", variant)
-        o, lse, _ = forward_cuda(q, k, v, None, None, n, n, s, -1, wr, numerics)
-        runs.append((o, lse))
-    torch.testing.assert_close(runs[0][0], runs[1][0], rtol=0, atol=0)
-    torch.testing.assert_close(runs[0][1], runs[1][1], rtol=0, atol=0)
-    if not causal:  # and not garbage: the first rows against float64
-        assert row_rel_err(runs[1][0][:, :256], reference.attention(q[:, :256], k, v)) < 1e-2
+    assert_variant_is_bitwise_the_base(d, causal, numerics, "10", 2100, d + int(causal),
+                                       monkeypatch)
 
 
 @pytest.mark.parametrize("numerics", ["gproj", "fa3"])
@@ -541,22 +549,8 @@ def test_forward_pv_wait_place_changes_no_bit(d, causal, numerics, monkeypatch):
     bitwise those of the base kernel (d = 64: variant 9's three warpgroups, d = 128: variant 0's
     kernel, d = 256: variant 6's 80-key tiles), bf16, over many key tiles, with a partial last
     tile, a causal mask (d = 64 / 128: the tile counter) and a key offset."""
-    if torch.cuda.get_device_capability()[0] < 9:
-        pytest.skip("needs a Hopper GPU")
-    n = 4100
-    g = torch.Generator(device=DEV).manual_seed(31 + d + int(causal))
-    q, k, v = (rand(2, n, 4, d, g=g) for _ in range(3))
-    k = k + 2
-    s, wr = d ** -0.5, (0 if causal else -1)
-    runs = []
-    for var in ({64: "9", 128: "8", 256: "6"}[d], "11"):
-        monkeypatch.setenv("GPROJ_FWD_VARIANT", var)
-        o, lse, _ = forward_cuda(q, k, v, None, None, n, n, s, -1, wr, numerics)
-        runs.append((o, lse))
-    torch.testing.assert_close(runs[1][0], runs[0][0], rtol=0, atol=0)
-    torch.testing.assert_close(runs[1][1], runs[0][1], rtol=0, atol=0)
-    if not causal:  # and not garbage: the first rows against float64
-        assert row_rel_err(runs[1][0][:, :256], reference.attention(q[:, :256], k, v)) < 1e-2
+    assert_variant_is_bitwise_the_base(d, causal, numerics, "11", 4100, 31 + d + int(causal),
+                                       monkeypatch)
 
 
 @pytest.mark.parametrize("numerics", ["gproj", "fa3"])

@@ -638,10 +638,6 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         wg_gemm<false>(mma_pv, tOrPa, tOrV(_, _, _, rd_v.index()), tOrO);
         if constexpr (Traits::kPingpong) turn_pass<kWGs>(consumer);
         warpgroup_wait<1>();  // S done (P.V may still run)
-        if constexpr (!Traits::kPvWaitInSoftmax) {
-          pipe_k.consumer_release(rd_k);
-          ++rd_k;
-        }
         if constexpr (Traits::kPvWaitInSoftmax) {
           // P.V waited for inside the softmax (FwdTraits::kPvWaitInSoftmax): the K stage's release
           // is predicated on an exponential's value (true for any exp2 result, NaN included),
@@ -656,6 +652,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
           to_p(tSrS, tOrP);
           rescale_o();
         } else {
+          pipe_k.consumer_release(rd_k);
+          ++rd_k;
           softmax(tSrS, nb, [](float) {});
           if constexpr (!Traits::kPvWaitAtTop) finish_pv(true);
         }

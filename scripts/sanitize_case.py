@@ -65,6 +65,16 @@ if os.environ.get("SANITIZE_ONLY_TILES") == "1":
                 q = torch.randn(2, 1100, 16, d, device="cuda", dtype=torch.bfloat16)
                 k = torch.randn(2, nk, 4, d, device="cuda", dtype=torch.bfloat16)
                 gproj_cuda.attention(q, k, k, causal=True, numerics=numerics)
+    # (session 32) 64 heads of 9 query tiles: the persistent schedule's remainder group (20 of
+    # 64 pairs) first, and d = 256's 576 one-tile blocks by groups of pairs (tile_grid); and the
+    # backward of these
+    for d, variant in ((128, "8"), (256, "6")):
+        os.environ["GPROJ_FWD_VARIANT"] = variant
+        for numerics in ("gproj", "fa3"):
+            q = torch.randn(1, 1100, 64, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            k = torch.randn(1, 1100, 64, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            o = gproj_cuda.attention(q, k, k, causal=True, numerics=numerics)
+            o.backward(torch.randn_like(o))
     torch.cuda.synchronize()
     raise SystemExit(0)
 for variant in (() if ONLY_HOPPER_BWD else ("0", "1", "2", "3", "4", "5", "6", "7", "9")):

@@ -423,12 +423,13 @@ def test_cuda_graph_capture_and_replay():
 @pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "fp16"])
 @pytest.mark.parametrize("d", HDIMS)
 @pytest.mark.parametrize("numerics", ["gproj", "fa3"])
-@pytest.mark.parametrize("variant", ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11"],
+@pytest.mark.parametrize("variant", ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11",
+                                     "12"],
                          ids=["default", "no-pingpong", "rescale-skip-flipped",
                               "persistence-flipped", "persistent176-or-d64-3wg",
                               "three-warpgroups", "p-smem-192", "p-smem-160",
                               "two-warpgroups", "nonpersistent176-or-d64-overlap",
-                              "k-wait-order-flipped", "pv-wait-at-top"])
+                              "k-wait-order-flipped", "pv-wait-at-top", "d64-2wg-pv-wait-after"])
 def test_hopper_forward_matches_mma_sync_oracle(dtype, d, numerics, variant, monkeypatch):
     """The sm_90a forward (TMA + WGMMA) against the mma.sync kernel it replaces: both within the
     emulator's error of float64, on causal, windowed and varlen problems; every tile variant
@@ -551,6 +552,56 @@ def test_forward_pv_wait_place_changes_no_bit(d, causal, numerics, monkeypatch):
     tile, a causal mask (d = 64 / 128: the tile counter) and a key offset."""
     assert_variant_is_bitwise_the_base(d, causal, numerics, "11", 4100, 31 + d + int(causal),
                                        monkeypatch)
+
+
+@pytest.mark.parametrize("numerics", ["gproj", "fa3"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_forward_d64_two_warpgroup_pv_wait_changes_no_bit(causal, numerics, monkeypatch):
+    """Since session 32 d = 64's two-warpgroup kernel (the default below N = 2k, 4k under a mask)
+    waits for P.V inside the softmax too; variant 12 is it with the wait after the softmax, as
+    before. Output and LSE bitwise those of the base kernel (variant 9's three warpgroups, whose
+    rows see the same key tiles in the same order), and so the old form's."""
+    for variant in ("8", "12"):
+        assert_variant_is_bitwise_the_base(64, causal, numerics, variant, 4100, 41 + int(causal),
+                                           monkeypatch)
+
+
+@pytest.mark.parametrize("numerics", ["gproj", "fa3"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", HDIMS)
+def test_schedules_change_no_bit(d, causal, numerics, monkeypatch):
+    """Since session 32 the tiles run in another order under a causal mask: one-tile grids of
+    more than four waves by groups of (sequence, head) pairs, the remainder group first (d = 256's
+    80-key forward here), and the persistent forward's remainder group first (d = 64, 128); the
+    persistent forward's O-store thread waits for the store's reads after the next tile's first
+    GEMM issue. GPROJ_TILE_ORDER=3 and GPROJ_FWD_AB=2048 restore the old order and wait. The order
+    changes no arithmetic: output and LSE bitwise equal, and the gradients (deterministic) too.
+    21 pairs of 33 query tiles: 693 one-tile blocks, beyond four waves, and pair counts that are
+    no multiple of the L2 group size."""
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("needs a Hopper GPU")
+    g = torch.Generator(device=DEV).manual_seed(5 * d + int(causal))
+    n = 4100
+    q, k, v = (rand(3, n, 7, d, g=g) for _ in range(3))
+    k = k + 1
+    do = rand(3, n, 7, d, g=g)
+    runs = []
+    for env in ({}, {"GPROJ_TILE_ORDER": "3"}, {"GPROJ_FWD_AB": "2048"}):
+        for name in ("GPROJ_TILE_ORDER", "GPROJ_FWD_AB"):
+            monkeypatch.delenv(name, raising=False)
+        for name, val in env.items():
+            monkeypatch.setenv(name, val)
+        qq, kk, vv = (t.detach().clone().requires_grad_() for t in (q, k, v))
+        o, lse = gproj_cuda.attention(qq, kk, vv, causal=causal, numerics=numerics,
+                                      deterministic=True, return_lse=True)
+        grads = torch.autograd.grad(o, (qq, kk, vv), do) if not env.get("GPROJ_FWD_AB") else ()
+        runs.append((o.detach(), lse, grads))
+    for o, lse, grads in runs[1:]:
+        torch.testing.assert_close(o, runs[0][0], rtol=0, atol=0)
+        torch.testing.assert_close(lse, runs[0][1], rtol=0, atol=0)
+        for a, b in zip(grads, runs[0][2]):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert torch.isfinite(runs[0][0]).all() and runs[0][0].abs().max() > 0
 
 
 @pytest.mark.parametrize("numerics", ["gproj", "fa3"])

@@ -101,6 +101,9 @@ struct AttnParams {
   int fwd_ab = 0;  // GPROJ_FWD_AB (csrc/api/variants.h)
   int num_sms = 0, l2_bytes = 0;
   int grid_rank_major = 0;
+  // Set by tile_grid on a launch's copy: a 1-D grid of groups of grid_group (sequence, head)
+  // pairs (0: not so), grid_tiles tiles per pair, grid_heads heads (csrc/common/tile.cuh).
+  int grid_group = 0, grid_tiles = 0, grid_heads = 0;
   // Set by a varlen launch on its copy: its one-tile grid is of slots of this many rows
   // (slot_grid / slot_tile, csrc/common/tile.cuh); 0: a grid of tiles, heads and batch.
   int slot_rows = 0;

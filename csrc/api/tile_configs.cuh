@@ -184,6 +184,11 @@ void forward_impl(const AttnParams& p) {
       case 11:
         if constexpr (std::is_same_v<T, bf16>) { forward_sm90<T, D, 11>(p); return; }
         break;
+      // d = 64: the two-warpgroup kernel with P.V waited for after the softmax, the form before
+      // session 32 (FwdTiles); bf16 only (else the default).
+      case 12:
+        if constexpr (std::is_same_v<T, bf16> && D == 64) { forward_sm90<T, D, 12>(p); return; }
+        break;
       default: break;
     }
 #endif
@@ -200,7 +205,10 @@ void forward_impl(const AttnParams& p) {
     // +0.5% (so not there), 4k -1.9% / -1.6%, 8k 0% / -4.0%, 16k +2.3% / -2.4%; no mask 2k -4.7%
     // / -8.1%, 16k +2.2% / -3.2%. The overlap on top (item 7), against variant 4: causal 4k -2.0%
     // / +0.4%, 8k -3.0% / -1.0%, 16k -4.9% / -1.9%; no mask 2k -2.2% / -0.2%, 4k -4.2% / -1.5%,
-    // 16k -5.9% / -2.4%. (Session 9 measured the overlap 2-7% slower with two warpgroups.)
+    // 16k -5.9% / -2.4%. (Session 9 measured the overlap 2-7% slower with two warpgroups, with
+    // the wait at the top of the next iteration; since session 32 the two-warpgroup kernel below
+    // these lengths waits inside the softmax, session 31's form: fa3 mode -2 to -6%, gproj 0 to
+    // -1% at N = 1k-2k, and at 2k causal as fast as variant 9, bench/NOTES.md session 32.)
     const bool masked = p.masked();
     if constexpr (D == 64) {
       if (p.seqlen_q >= (masked ? 4096 : 2048)) {

@@ -26,7 +26,7 @@ inline int env_int_in(const char* name, int lo, int hi) {
   return x >= lo && x <= hi ? x : 0;
 }
 
-// GPROJ_FWD_VARIANT=1..11: experimental sm90 forward variants for A/B measurements
+// GPROJ_FWD_VARIANT=1..12: experimental sm90 forward variants for A/B measurements
 // (fwd_sm90.cuh, run_forward: no pingpong, O-rescale skipping flipped, persistence flipped,
 // kBlockN 176, three consumer warpgroups, three with P through shared memory on 192- / 160-key
 // tiles; 8: variant 0's kernel at every shape, without forward_impl's choices of three
@@ -34,27 +34,33 @@ inline int env_int_in(const char* name, int lo, int hi) {
 // 9: kBlockN 176 at d = 128 without persistence; 10: the other order of the K wait and the
 // pingpong turn (the default's: before the turn at d = 64 and 128 since session 18, after it at
 // d = 256), on the kernel the default runs from N = 2k); 11: that kernel with the P.V wait at the
-// top of the next iteration (the form before session 31; bf16 only, else the default); 0 or
-// unset: the default.
+// top of the next iteration (the form before session 31; bf16 only, else the default); 12: at
+// d = 64 the two-warpgroup kernel with P.V waited for after the softmax (the form before session
+// 32; bf16 only); 0 or unset: the default.
 // Built with GPROJ_FWD_VARIANTS=OFF (GPROJ_NO_FWD_VARIANTS) only the default exists.
 inline int fwd_variant() {
 #ifdef GPROJ_NO_FWD_VARIANTS
   return 0;
 #else
-  return env_int_in("GPROJ_FWD_VARIANT", 1, 11);
+  return env_int_in("GPROJ_FWD_VARIANT", 1, 12);
 #endif
 }
 
 // GPROJ_TILE_ORDER (A/B runs): the order of the one-tile sm90 blocks (the non-persistent forward,
 // the backward passes) under a causal-like mask (grid_tile, csrc/common/tile.cuh):
-//   0 or unset: longest first within each pair, pair after pair; grids of at most four waves
-//      take every pair's longest tile first (session 12);
+//   0 or unset: grids of at most four waves take every pair's longest tile first (session 12);
+//      longer grids: the forward's by groups of pairs whose K and V fit half of L2, each group's
+//      longest tiles first, the remainder group first (the persistent forward's schedule puts
+//      its remainder group first too; session 32); the backward's pair after pair, each pair's
+//      longest tile first;
 //   1: shortest first within each pair (the forward's and the Q-outer pass's order before
 //      session 8);
-//   2: longest first within each pair, pair after pair, at every grid size (sessions 8-11).
+//   2: longest first within each pair, pair after pair, at every grid size (sessions 8-11);
+//   3: the forward's orders of sessions 12-31: beyond four waves longest first within each pair,
+//      pair after pair; the persistent schedule's remainder group last.
 inline int tile_order() {
   const char* v = std::getenv("GPROJ_TILE_ORDER");
-  return v != nullptr && (v[0] == '1' || v[0] == '2') && v[1] == '\0' ? v[0] - '0' : 0;
+  return v != nullptr && v[0] >= '1' && v[0] <= '3' && v[1] == '\0' ? v[0] - '0' : 0;
 }
 
 // GPROJ_FWD_AB (A/B runs, a bit mask; the sm90 forward's choices that are runtime flags):
@@ -77,13 +83,15 @@ inline int tile_order() {
 // 128: gproj's forward and the centering pre-pass's second kernel launched one after the other,
 //      not as programmatic dependents of the kernel before, and the persistent forward's tile
 //      counter zeroed by its own memset, not with the centering workspace (session 30).
-// Written as a decimal number (1 to 255).
+// 2048: the persistent forward's O-store thread waits for the store's shared-memory reads right
+//      after issuing it (before session 32), not after the next tile's first GEMM issue.
+// Written as a decimal number (1 to 4095; 256, 512 and 1024 unused).
 inline int fwd_ab() {
   const char* v = std::getenv("GPROJ_FWD_AB");
   if (v == nullptr) return 0;
   char* end = nullptr;
   const long bits = std::strtol(v, &end, 10);
-  return end != v && *end == '\0' && bits >= 1 && bits <= 255 ? int(bits) : 0;
+  return end != v && *end == '\0' && bits >= 1 && bits <= 4095 ? int(bits) : 0;
 }
 
 // GPROJ_BWD_VARIANT for A/B runs of the gproj Hopper backward (fa3 mode: only variant 9):

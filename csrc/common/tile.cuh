@@ -1,5 +1,8 @@
 // Where a block's rows live: sequence bounds (dense or varlen), tile loads, and the mask.
 #pragma once
+#include <algorithm>
+#include <cstdint>
+
 #include "../api/params.h"
 #include "device.cuh"
 
@@ -59,25 +62,77 @@ __device__ __forceinline__ bool reads_centered_queries(const AttnParams& p, int 
 // choice costs registers all the same: ptxas re-reads a plain blockIdx coordinate where it needs
 // one, but holds these selected ones across the kernels' loops (8-24 more bytes of spill in four
 // backward kernels; tests/test_sass.py).
-// tile_order 2: pair after pair at every size; 1: shortest first within each pair. Without
-// such a mask: grid order.
+// The forward's longer grids (since session 32) go by groups of pairs (grid_group): each group's
+// longest tiles first, then its next longest, ..., group after group, with as many pairs per
+// group as stream their K and V within half of L2, and the smaller group (the remainder of the
+// pairs) first. Pair after pair is a sawtooth of long and short tiles whose last
+// long ones start late: by a model of the greedy block dispatch (scripts/sched_model.py) it
+// leaves the busiest SM 11-14% over the mean at d = 256 N = 2k-8k causal (80-key tiles, 16-64
+// pairs of 16-64 tiles), ~6% at d = 128, 2-4% and ~1% with the groups. Measured (bench/NOTES.md
+// session 32), the d = 256 causal forward 2k-8k: -6 to -9%. The remainder
+// group goes first because, last, its few pairs' long tiles would start when the other SMs run
+// out of work (the persistent forward's schedule, decode_tile, orders its groups alike). The
+// backward's passes keep pair after pair: there the groups measured 0 to +3.6% slower (gproj,
+// causal, N = 2k-8k; bench/NOTES.md session 32), its passes running under each other's last
+// wave (programmatic dependent launches) fill the SMs the sawtooth leaves idle.
+// tile_order 2: pair after pair at every size; 1: shortest first within each pair; 3: the orders
+// before session 32 (pair after pair beyond kGlobalWaves waves, the persistent forward's
+// remainder group last). Without such a mask: grid order.
 constexpr int kGlobalWaves = 4;
 
-// Host: the grid of a pass with `tiles` tiles per (head, batch) pair; sets p.grid_rank_major
-// (p: the launch's own copy of the parameters).
-inline dim3 tile_grid(AttnParams& p, int tiles, int heads, int batch) {
+// Pairs per group whose `bytes_per_pair` (the pass's streamed operands of one pair) fill at most
+// half of L2, at least 1, at most `pairs`.
+inline int l2_pair_group(const AttnParams& p, int64_t bytes_per_pair, int pairs) {
+  return int(std::max<int64_t>(1, std::min<int64_t>(pairs, (int64_t(p.l2_bytes) / 2) /
+                                                               std::max<int64_t>(bytes_per_pair, 1))));
+}
+
+// Host: the grid of a pass with `tiles` tiles per (head, batch) pair; sets p.grid_rank_major and
+// p.grid_group (p: the launch's own copy of the parameters). group_bytes: what one pair's tiles
+// stream (the group size's measure), or 0: no groups (pair after pair beyond kGlobalWaves).
+inline dim3 tile_grid(AttnParams& p, int tiles, int heads, int batch, int64_t group_bytes = 0) {
   const int sms = p.num_sms > 0 ? p.num_sms : 132;
-  p.grid_rank_major = p.window_right >= 0 && p.tile_order == 0 &&
-                      int64_t(tiles) * heads * batch <= int64_t(kGlobalWaves) * sms;
-  return p.grid_rank_major ? dim3(heads, batch, tiles) : dim3(tiles, heads, batch);
+  const int64_t total = int64_t(tiles) * heads * batch;
+  const bool masked = p.window_right >= 0;
+  p.grid_rank_major = masked && (p.tile_order == 0 || p.tile_order == 3) &&
+                      total <= int64_t(kGlobalWaves) * sms;
+  p.grid_group = 0;
+  if (p.grid_rank_major) return dim3(heads, batch, tiles);
+  if (group_bytes > 0 && masked && p.tile_order == 0 && p.l2_bytes > 0 &&
+      total < (int64_t(1) << 31)) {
+    p.grid_group = l2_pair_group(p, group_bytes, heads * batch);
+    p.grid_tiles = tiles;
+    p.grid_heads = heads;
+    return dim3(unsigned(total), 1, 1);
+  }
+  return dim3(tiles, heads, batch);
 }
 
 struct GridTile {
   int tile, head, batch;
 };
 // longest_last: tile index tiles - 1 is a pair's longest (Q-outer: the last query tiles see the
-// most keys), else index 0 (KV-outer: the first keys are seen by the most queries).
+// most keys), else index 0 (KV-outer: the first keys are seen by the most queries). kGrouped:
+// the pass's grid may be in groups of pairs (tile_grid's group_bytes; the forward's), compiled in
+// only there, so that the backward kernels do not carry the decode.
+template <bool kGrouped = false>
 __device__ __forceinline__ GridTile grid_tile(const AttnParams& p, bool longest_last) {
+  if (kGrouped && p.grid_group > 0) {  // groups of pairs, the remainder group first (tile_grid)
+    const int G = p.grid_group, T = p.grid_tiles, heads = p.grid_heads;
+    const int pairs = int(gridDim.x) / T, R = pairs - (pairs - 1) / G * G;
+    int idx = int(blockIdx.x), rank, pair;
+    if (idx < R * T) {
+      rank = idx / R;
+      pair = idx - rank * R;
+    } else {
+      idx -= R * T;
+      const int g = idx / (G * T), r = idx - g * (G * T);
+      rank = r / G;
+      pair = R + g * G + (r - rank * G);
+    }
+    const int b = pair / heads;
+    return {longest_last ? T - 1 - rank : rank, pair - b * heads, b};
+  }
   if (p.grid_rank_major) {
     const int rank = int(blockIdx.z), tiles = int(gridDim.z);
     return {longest_last ? tiles - 1 - rank : rank, int(blockIdx.x), int(blockIdx.y)};

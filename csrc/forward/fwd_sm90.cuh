@@ -152,6 +152,9 @@ struct FwdKernelParams {
   // Persistent: the schedule's tiles (num_m_blocks x pairs) and its last group's index, set on
   // the host so that the producer's thread (24 registers) reads them from the parameters.
   int num_tiles, last_group;
+  // The remainder group (the last pairs, fewer than G) scheduled first (decode_tile), unless
+  // GPROJ_TILE_ORDER=3 asks for the order before session 32.
+  int ragged_first;
   // Divisions of the tile decode (decode_tile) and of h -> kv head as multiply-high and shift:
   // a 32-bit integer division is ~25 instructions, and the persistent decode took five per
   // query tile and warp, ~130 of the ~1500 a tile spends outside its key loop at d = 128 N = 2k
@@ -174,6 +177,11 @@ struct FwdKernelParams {
 // Query tile t of the persistent schedule -> (m_block, head, batch). Groups of G (sequence, head)
 // pairs are processed one after another (G chosen on the host so their K/V fit in L2); inside a
 // group the tiles go by query block, longest first under a causal mask, across the group's pairs.
+// The remainder group (pairs mod G of them) goes first (ragged_first, since session 32): last,
+// its few pairs' long tiles started when the other blocks were running out of work (a model of
+// the counter's schedule, scripts/sched_model.py: the busiest block 4-8% over the mean at d = 128
+// N = 2k-16k causal, ~1% with the remainder first). Measured: d = 128 causal 2k / 4k -3%, d = 64
+// causal 4k / 8k -2 to -3% (bench/NOTES.md session 32).
 struct TileCoord {
   int m_block, h, b;
 };
@@ -181,6 +189,18 @@ template <class Prm>
 __device__ __forceinline__ TileCoord decode_tile(const Prm& prm, int t, bool longest_first) {
   const int G = prm.sched_group, num_m = prm.num_m_blocks;
   int group, r, mi, j, b, h;
+  if (prm.ragged_first) {
+    const int R = int(prm.div_last_group), ragged_tiles = R * num_m;
+    if (t < ragged_tiles) {
+      prm.div_last_group(mi, j, t);
+      prm.div_heads(b, h, j);
+    } else {
+      prm.div_group_tiles(group, r, t - ragged_tiles);
+      prm.div_group(mi, j, r);
+      prm.div_heads(b, h, R + group * G + j);
+    }
+    return {longest_first ? num_m - 1 - mi : mi, h, b};
+  }
   prm.div_group_tiles(group, r, t);
   if (group >= prm.last_group) {  // (the last group may hold fewer pairs)
     prm.div_last_group(mi, j, r);
@@ -254,7 +274,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     } else {
       if (p.slot_rows) return {ss.slot_tile.x, ss.slot_tile.y, ss.slot_tile.z};
       // (causal: the longest query tiles first, grid_tile)
-      const GridTile gt = grid_tile(p, /*longest_last=*/true);
+      const GridTile gt = grid_tile</*kGrouped=*/true>(p, /*longest_last=*/true);
       return {gt.tile, gt.head, gt.batch};
     }
   };
@@ -398,6 +418,23 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   auto r2s_p_thr = r2s_p.get_thread_slice(tid);
   PipelineState rd_k, rd_v;  // continue across tiles, as the producer's state does
   int tiles_with_keys = 0;    // (pingpong's opening and closing turns)
+  // Persistent with two Q buffers: the thread that issued a tile's O store (TMA) waits for the
+  // store's reads of the Q buffer only after the next tile's first S GEMM is issued, and arrives
+  // on that buffer's q_empty then, not before it starts the next tile: its warp would hold the
+  // warpgroup's first GEMM issue. The producer needs the buffer only for the tile after next.
+  // Interleaved A/B (bench/NOTES.md session 32): -0.5 to -2% at N = 2k-4k. GPROJ_FWD_AB bit
+  // 2048: the wait right after the store, as before. (One Q buffer: the next tile's Q waits for
+  // this arrive, so the wait stays.)
+  constexpr bool kCanDefer = Traits::kPersistent && kQBuf == 2;
+  const bool defer_store_wait = kCanDefer && !(p.fwd_ab & 2048);
+  int store_pending = -1;  // the buffer whose store is still being read, or -1
+  auto flush_store = [&]() {
+    if (kCanDefer && store_pending >= 0) {
+      tma_store_wait<0>();
+      ss.q_empty[store_pending].arrive();
+      store_pending = -1;
+    }
+  };
 
   // (One tile per block: one iteration, visibly to the compiler: as a loop whose trip count it
   // could not bound, the d = 256 consumers spilled.)
@@ -409,7 +446,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       // keys come this way too, without a Q load.)
       ss.barrier_q[buf].wait((qi / kQBuf) & 1);
       t = ss.tile_of[buf];
-      if (t >= num_tiles) break;
+      if (t >= num_tiles) {
+        flush_store();
+        break;
+      }
     }
     const TileCoord tc = tile_at(t);
     const int m_block = tc.m_block, h = tc.h, b = tc.b;
@@ -423,6 +463,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     int nb_min, nb_max;  // key tiles this query tile needs
     mask.key_blocks(m0, m_end, kBlockN, nb_min, nb_max);
     const bool has_keys = nb_max > nb_min;
+    if (!has_keys) flush_store();  // (with keys: after the first S GEMM's issue)
     int full_lo, full_hi;  // key tiles in [full_lo, full_hi) need no mask (Mask::full_blocks)
     mask.full_blocks(m0, kBlockM, kBlockN, full_lo, full_hi);
     Tensor sQ = q_buffer(buf);
@@ -601,6 +642,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         turn_wait(consumer);
       }
       issue_s(tSrS, rd_k);
+      flush_store();
       if constexpr (Traits::kPingpong) turn_pass<kWGs>(consumer);
       // Not where the lazy pre-pass found this (sequence, kv head)'s shift zero in every
       // coordinate (keys_shifted): q . shift is zero there. Skipping it saves the per-tile dot
@@ -729,7 +771,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
           tma_store_arrive();
           // The Q buffer (its next load, persistent) or the block's shared memory (its exit)
           // must outlive the stores' reads of it.
-          tma_store_wait<0>();
+          if (defer_store_wait) {
+            store_pending = buf;
+          } else {
+            tma_store_wait<0>();
+          }
         }
       } else {
         wg_sync(consumer);
@@ -771,7 +817,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 
     // Q (GEMMs, q . shift, the O staging) no longer needed: the buffer goes back to the producer
     // (every tile handed over, with keys or not).
-    if constexpr (Traits::kPersistent) ss.q_empty[buf].arrive();
+    if constexpr (Traits::kPersistent) {
+      if (store_pending != buf) ss.q_empty[buf].arrive();  // (else after its store's reads)
+    }
     if (has_keys) ++tiles_with_keys;
   }
   // Persistent pingpong: consumer 0 takes consumer 1's last pass, so no barrier is left
@@ -801,18 +849,23 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 // Since session 31 P.V is waited for inside the softmax (FwdTraits::kPvWaitInSoftmax) in every
 // d = 128 variant and in the kernels the default runs from N = 2k at d = 64 and 256 (variants 9,
 // 6 and their variant 10); variant 11 is that kernel (d = 64 variant 9's, d = 128 variant 0's,
-// d = 256 variant 6's) with the wait at the top of the next iteration, the form before.
+// d = 256 variant 6's) with the wait at the top of the next iteration, the form before. Since
+// session 32 also in d = 64's two-warpgroup kernels (variants 0-3 and 8; fa3 mode -2 to -6% at
+// N = 1k-2k, gproj 0 to -1%); variant 12 is variant 0 with the wait after the softmax, as before.
 template <int kHeadDim, int kVariant> struct FwdTiles;
 // Variant 10 is the other order of the K wait and the pingpong turn (FwdTraits::kKWaitFirst:
 // after the turn at d = 64 and 128, before it at d = 256) on the kernel the default runs from
 // N = 2k: d = 64 variant 9's, d = 128 variant 0's, d = 256 variant 6's.
 template <int V> struct FwdTiles<64, V> {
   static constexpr int kBlockN = V == 6 ? 192 : V == 7 ? 160 : 128, kStages = 2;
-  static constexpr int kMmaWarpGroups = (V >= 4 && V <= 7) || V >= 9 ? 3 : 2;
+  static constexpr int kMmaWarpGroups = (V >= 4 && V <= 7) || (V >= 9 && V <= 11) ? 3 : 2;
   static constexpr bool kPvFromSmem = V == 6 || V == 7;
   // variant 9: variant 4 with P.V waited for inside the softmax (at the top of the next
   // iteration from session 15 to 30: variant 11)
-  static constexpr bool kPvWaitInSoftmax = V == 9 || V == 10, kPvWaitAtTop = V == 11;
+  // variant 12: variant 0's two warpgroups with P.V waited for after the softmax, where ptxas
+  // hoists the wait above it (the form before session 32)
+  static constexpr bool kPvWaitInSoftmax = !(V >= 4 && V <= 7) && V != 11 && V != 12;
+  static constexpr bool kPvWaitAtTop = V == 11;
   static constexpr bool kKWaitFirst = V != 10;
 };
 template <int V> struct FwdTiles<128, V> {
@@ -883,15 +936,16 @@ void run_forward(const AttnParams& p, int total_q, int total_k) {
   dim3 grid;
   prm.sched_group = 1;
   prm.tile_counter = nullptr;
+  prm.ragged_first = p.tile_order != 3;
+  // What one (sequence, head) pair streams: its K and V (the schedules' group size, tile.cuh).
+  const int64_t kv_bytes = 2 * int64_t(std::max(p.seqlen_k, 1)) * kHeadDim * int64_t(sizeof(T));
   if constexpr (Traits::kPersistent) {  // (the dispatcher's device properties, launch.cu)
     if (p.num_sms <= 0 || p.l2_bytes <= 0)
       throw std::logic_error("persistent sm90 forward: num_sms / l2_bytes unset (launch.cu sets them)");
     const int64_t tiles = int64_t(prm.num_m_blocks) * p.heads * p.batch;
     grid = dim3(unsigned(std::min<int64_t>(tiles, p.num_sms)), 1, 1);
     // (sequence, head) pairs scheduled together: their K and V within half of L2.
-    const int64_t kv_bytes = 2 * int64_t(std::max(p.seqlen_k, 1)) * kHeadDim * int64_t(sizeof(T));
-    prm.sched_group = int(std::max<int64_t>(1, std::min<int64_t>(int64_t(p.heads) * p.batch,
-                                                                 (p.l2_bytes / 2) / kv_bytes)));
+    prm.sched_group = l2_pair_group(p, kv_bytes, p.heads * p.batch);
     // Under a mask the tiles differ in length: handed out by a counter (zeroed here, in the
     // launch's stream, so CUDA graphs capture it as a memset node; in gproj mode with the
     // centering workspace, tile_counter_zeroed), unless the caller gave no scratch for it or
@@ -906,7 +960,7 @@ void run_forward(const AttnParams& p, int total_q, int total_k) {
                    "forward (sm90): zeroing the tile counter");
     }
   } else if (!slot_grid(prm.p, Traits::kBlockM, total_q, p.heads, grid)) {
-    grid = tile_grid(prm.p, prm.num_m_blocks, p.heads, p.batch);
+    grid = tile_grid(prm.p, prm.num_m_blocks, p.heads, p.batch, kv_bytes);
   }
   {
     const int pairs = p.heads * p.batch, G = prm.sched_group;

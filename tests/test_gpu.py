@@ -557,8 +557,8 @@ def test_forward_pv_wait_place_changes_no_bit(d, causal, numerics, monkeypatch):
 @pytest.mark.parametrize("numerics", ["gproj", "fa3"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_forward_d64_two_warpgroup_pv_wait_changes_no_bit(causal, numerics, monkeypatch):
-    """Since session 32 d = 64's two-warpgroup kernel (the default below N = 2k, 4k under a mask)
-    waits for P.V inside the softmax too; variant 12 is it with the wait after the softmax, as
+    """Since session 32 d = 64's two-warpgroup kernel (the default below N = 2k; under a mask
+    below 1k on dense batches, 4k on varlen ones) waits for P.V inside the softmax too; variant 12 is it with the wait after the softmax, as
     before. Output and LSE bitwise those of the base kernel (variant 9's three warpgroups, whose
     rows see the same key tiles in the same order), and so the old form's."""
     for variant in ("8", "12"):
@@ -602,6 +602,39 @@ def test_schedules_change_no_bit(d, causal, numerics, monkeypatch):
         for a, b in zip(grads, runs[0][2]):
             torch.testing.assert_close(a, b, rtol=0, atol=0)
     assert torch.isfinite(runs[0][0]).all() and runs[0][0].abs().max() > 0
+
+
+@pytest.mark.parametrize("numerics", ["gproj", "fa3"])
+@pytest.mark.parametrize("window", [(-1, 0), (300, 0), (-1, 77)], ids=["causal", "band", "right"])
+@pytest.mark.parametrize("d", HDIMS)
+def test_query_tile_shift_and_padding_rows_change_no_bit(d, window, numerics, monkeypatch):
+    """Since session 33 the sm90 forward under a mask with a right bound cuts a dense batch's
+    query tiles so that they end at row N (the partial tile first, stored by the consumers' own
+    stores: FwdKernelParams::q_row_shift), and masks a key tile only where a row of the tile does
+    not see all of it (padding rows no longer count). GPROJ_FWD_AB bits 256 and 512 restore the
+    old tiles and the old mask; bit 2 stores every tile's O by the consumers' own stores. A row's
+    key tiles, their values and order are unchanged (a leading key tile the row does not see
+    leaves its state at -inf / 0 / 0): output and LSE bitwise equal. N = 4100 and 1000 queries
+    (no multiple of 64, 128 or 192) against 4100 and 1300 keys (an offset diagonal); every query
+    tile kernel the dispatch picks at these lengths."""
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("needs a Hopper GPU")
+    g = torch.Generator(device=DEV).manual_seed(7 * d + window[0] + window[1])
+    for nq, nk in ((4100, 4100), (1000, 1300)):
+        q = rand(2, nq, 4, d, g=g, scale=2)
+        k, v = rand(2, nk, 2, d, g=g) + 1, rand(2, nk, 2, d, g=g)
+        runs = []
+        for ab in (None, "256", "512", "768", "2"):
+            monkeypatch.delenv("GPROJ_FWD_AB", raising=False)
+            if ab is not None:
+                monkeypatch.setenv("GPROJ_FWD_AB", ab)
+            runs.append(gproj_cuda.attention(q, k, v, window_size=window, numerics=numerics,
+                                             return_lse=True))
+        o0, lse0 = runs[0]
+        assert torch.isfinite(o0).all() and o0.abs().max() > 0
+        for o, lse in runs[1:]:
+            torch.testing.assert_close(o, o0, rtol=0, atol=0)
+            torch.testing.assert_close(lse, lse0, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("numerics", ["gproj", "fa3"])

@@ -209,9 +209,15 @@ void forward_impl(const AttnParams& p) {
     // the wait at the top of the next iteration; since session 32 the two-warpgroup kernel below
     // these lengths waits inside the softmax, session 31's form: fa3 mode -2 to -6%, gproj 0 to
     // -1% at N = 1k-2k, and at 2k causal as fast as variant 9, bench/NOTES.md session 32.)
+    // Since session 33 a dense batch's query tiles under a causal-like mask end at row N (the
+    // partial tile is the first, FwdKernelParams::q_row_shift), and at N = 2k the three
+    // warpgroups' 11 tiles of a (sequence, head) need 96 key tiles instead of 101: variant 9
+    // against the two warpgroups, interleaved, fa3 / gproj: causal 2k -9.3% / -7.8%, 1k -4.0% /
+    // -2.9% (bench/NOTES.md session 33). So from N = 1k under a mask on dense batches (varlen
+    // batches have no shift and were not measured: from 4k, as before).
     const bool masked = p.masked();
     if constexpr (D == 64) {
-      if (p.seqlen_q >= (masked ? 4096 : 2048)) {
+      if (p.seqlen_q >= (!masked ? 2048 : p.cu_seqlens_q ? 4096 : 1024)) {
         forward_sm90<T, D, 9>(p);
         return;
       }

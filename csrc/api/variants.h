@@ -83,9 +83,13 @@ inline int tile_order() {
 // 128: gproj's forward and the centering pre-pass's second kernel launched one after the other,
 //      not as programmatic dependents of the kernel before, and the persistent forward's tile
 //      counter zeroed by its own memset, not with the centering workspace (session 30).
+// 256: the sm90 forward's query tiles start at row 0 under a causal-like mask too (before session
+//      33), not shifted so that the partial tile is the first (FwdKernelParams::q_row_shift);
+// 512: the sm90 forward masks every key tile of a query tile with padding rows (past the
+//      sequence's end; before session 33), not only the tiles some stored row does not fully see;
 // 2048: the persistent forward's O-store thread waits for the store's shared-memory reads right
 //      after issuing it (before session 32), not after the next tile's first GEMM issue.
-// Written as a decimal number (1 to 4095; 256, 512 and 1024 unused).
+// Written as a decimal number (1 to 4095; 1024 unused).
 inline int fwd_ab() {
   const char* v = std::getenv("GPROJ_FWD_AB");
   if (v == nullptr) return 0;

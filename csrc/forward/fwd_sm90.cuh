@@ -148,6 +148,12 @@ struct FwdKernelParams {
   int o_vec, o_tma;
   int rows_q, rows_k, batch_q;  // extents of the TMA tensors (varlen: packed rows, batch 1)
   int num_m_blocks;             // query tiles per (sequence, head) (longest sequence)
+  // Query tile m holds the rows [m * kBlockM - q_row_shift, + kBlockM) that exist (tile_rows):
+  // under a causal-like mask on a dense batch whose N is not a multiple of kBlockM, the tiles
+  // end at row N and the partial one is the first, whose rows see the fewest keys, instead of
+  // the last, which sees them all. (Its Q buffer is loaded from row 0 all the same: its rows
+  // past its end are the next tile's, computed and never stored.)
+  int q_row_shift;
   int sched_group;              // persistent: (sequence, head) pairs scheduled together
   // Persistent: the schedule's tiles (num_m_blocks x pairs) and its last group's index, set on
   // the host so that the producer's thread (24 registers) reads them from the parameters.
@@ -209,6 +215,14 @@ __device__ __forceinline__ TileCoord decode_tile(const Prm& prm, int t, bool lon
   }
   prm.div_heads(b, h, group * G + j);
   return {longest_first ? num_m - 1 - mi : mi, h, b};
+}
+
+// The rows [m0, m_end) of query tile m_block in a sequence of nq rows (q_row_shift).
+template <int kBlockM, class Prm>
+__device__ __forceinline__ void tile_rows(const Prm& prm, int m_block, int nq, int& m0, int& m_end) {
+  const int lo = m_block * kBlockM - prm.q_row_shift;
+  m0 = max(lo, 0);
+  m_end = min(lo + kBlockM, nq);
 }
 
 template <class Traits, bool kGProj>
@@ -325,24 +339,26 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
           break;
         }
         const SeqBounds seq(p, tc.b);
-        const int m0 = tc.m_block * kBlockM;
+        int m0, m_end;
+        tile_rows<kBlockM>(prm, tc.m_block, seq.nq, m0, m_end);
         const Mask mask(seq.nq, seq.nk, p.window_left, p.window_right, p.diag_shift);
         int nb_min, nb_max;  // key tiles this query tile needs
-        mask.key_blocks(m0, min(m0 + kBlockM, seq.nq), kBlockN, nb_min, nb_max);
+        mask.key_blocks(m0, m_end, kBlockN, nb_min, nb_max);
         if (nb_max <= nb_min) {  // its rows see no key: the consumers write them without Q
           if constexpr (Traits::kPersistent) ss.barrier_q[buf].arrive();
           t = next_tile(t);
           continue;
         }
         const int hk = prm.div_heads_per_kv.div(tc.h), bq = p.cu_seqlens_q ? 0 : tc.b;
-        Tensor mQ = tma_rows(prm.tma_q, prm.rows_q, kHeadDim, p.heads, prm.batch_q, seq.q_start, tc.h, bq);
+        Tensor mQ = tma_rows(prm.tma_q, prm.rows_q, kHeadDim, p.heads, prm.batch_q,
+                             seq.q_start + m0, tc.h, bq);  // (the tile's rows from m0)
         // The keys of this (sequence, kv head): K' or K (both descriptors live in parameter
         // space; the TMA copies below take the chosen one's address).
         auto const& tma_k = reads_centered_keys(p, tc.b, hk) ? prm.tma_kc : prm.tma_k;
         Tensor mK = tma_rows(tma_k, prm.rows_k, kHeadDim, p.heads_k, prm.batch_q, seq.k_start, hk, bq);
         Tensor mV = tma_rows(prm.tma_v, prm.rows_k, kHeadDim, p.heads_k, prm.batch_q, seq.k_start, hk, bq);
         Tensor sQ = q_buffer(buf);
-        Tensor gQ = local_tile(mQ, select<0, 2>(typename Traits::TileShape{}), make_coord(tc.m_block, _0{}));
+        Tensor gQ = local_tile(mQ, select<0, 2>(typename Traits::TileShape{}), make_coord(_0{}, _0{}));
         Tensor gK = local_tile(mK, select<1, 2>(typename Traits::TileShape{}), make_coord(_, _0{}));
         Tensor gV = local_tile(mV, select<1, 2>(typename Traits::TileShape{}), make_coord(_, _0{}));
         auto [tQg, tQs] = tma_partition(prm.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
@@ -454,10 +470,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     const TileCoord tc = tile_at(t);
     const int m_block = tc.m_block, h = tc.h, b = tc.b;
     const SeqBounds seq(p, b);
-    const int m0 = m_block * kBlockM;
+    int m0, m_end;  // the tile's rows
+    tile_rows<kBlockM>(prm, m_block, seq.nq, m0, m_end);
     if (m0 >= seq.nq) continue;  // uniform for the block (one tile per block: a varlen tile past
                                  // its sequence; the persistent producer hands none over)
-    const int m_end = min(m0 + kBlockM, seq.nq);
     const int hk = prm.div_heads_per_kv.div(h);
     const Mask mask(seq.nq, seq.nk, p.window_left, p.window_right, p.diag_shift);
     int nb_min, nb_max;  // key tiles this query tile needs
@@ -465,7 +481,13 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     const bool has_keys = nb_max > nb_min;
     if (!has_keys) flush_store();  // (with keys: after the first S GEMM's issue)
     int full_lo, full_hi;  // key tiles in [full_lo, full_hi) need no mask (Mask::full_blocks)
-    mask.full_blocks(m0, kBlockM, kBlockN, full_lo, full_hi);
+    // Over the tile's rows only: the rows past them (padding past the sequence's end, or the next
+    // tile's) are never stored, so a key tile that every row of the tile sees needs no mask. Counting them (GPROJ_FWD_AB
+    // bit 512, the form before session 33), every key tile of a sequence's last, partial query
+    // tile took the masked path: at d = 64 (192-row tiles, N = 2k) 16 of its 16 key tiles, ~150
+    // more instructions each (ncu, bench/NOTES.md session 33). Padding rows see every key of a
+    // full tile then: finite scores of zero (or another sequence's) rows, never stored.
+    mask.full_blocks(m0, (p.fwd_ab & 512) ? kBlockM : m_end - m0, kBlockN, full_lo, full_hi);
     Tensor sQ = q_buffer(buf);
     Tensor tSrQ = wg_qk.partition_fragment_A(sQ);
     const T* shift = p.k_shift ? reinterpret_cast<const T*>(p.k_shift) +
@@ -753,13 +775,16 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       // right after). Stored by the threads instead (below), each row took ~26 instructions of
       // swizzled 64-bit address arithmetic: 434 instructions per thread and tile, 8% of the
       // kernel's at d = 128 N = 2k (ncu, bench/NOTES.md session 13).
-      if (prm.o_tma && (p.cu_seqlens_q == 0 || m0 + kBlockM <= seq.nq)) {
+      // (Not the shifted first tile of a dense batch either: its store would cover the next
+      // tile's rows.)
+      if (prm.o_tma && (m0 + kBlockM <= m_end || (p.cu_seqlens_q == 0 && m_end == seq.nq))) {
         cutlass::arch::fence_view_async_shared();  // stmatrix writes -> the TMA engine's reads
         wg_sync(consumer);
         if ((tid & 127) == 0) {
           const int bq = p.cu_seqlens_q ? 0 : b;
-          Tensor mO = tma_rows(prm.tma_o, prm.rows_q, kHeadDim, p.heads, prm.batch_q, seq.q_start, h, bq);
-          Tensor gO = local_tile(mO, Shape<_64, _64>{}, make_coord(m_block * kWGs + consumer, _));
+          Tensor mO = tma_rows(prm.tma_o, prm.rows_q, kHeadDim, p.heads, prm.batch_q,
+                               seq.q_start + m0, h, bq);
+          Tensor gO = local_tile(mO, Shape<_64, _64>{}, make_coord(consumer, _));
           CUTLASS_PRAGMA_UNROLL
           for (int cb = 0; cb < kHeadDim / 64; ++cb) {
             Tensor sOb = make_tensor(make_smem_ptr(sQ.data() + (consumer * 64 + cb * kBlockM) * 64),
@@ -933,6 +958,15 @@ void run_forward(const AttnParams& p, int total_q, int total_k) {
   const int smem = Traits::kSmemBytes;
   prm.num_m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
   if (prm.num_m_blocks == 0) return;
+  // Under a causal-like mask (dense batches; GPROJ_FWD_AB bit 256: no shift) the partial query
+  // tile is the first (q_row_shift). At d = 64's 192-row tiles and N = 2k causal the last tile
+  // (rows 1920-2047 and 64 padding rows) needed all 16 key tiles; first (rows 0-127) it needs
+  // one: the (sequence, head)'s 11 tiles take 96 key tiles instead of 101. (A first form with
+  // the tile's rows before 0, i.e. TMA boxes at negative rows, crashed with an illegal
+  // instruction on the H200: bench/NOTES.md session 33.)
+  prm.q_row_shift = p.window_right >= 0 && !varlen && !(p.fwd_ab & 256)
+                        ? prm.num_m_blocks * Traits::kBlockM - p.seqlen_q
+                        : 0;
   dim3 grid;
   prm.sched_group = 1;
   prm.tile_counter = nullptr;

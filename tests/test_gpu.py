@@ -610,26 +610,36 @@ def test_schedules_change_no_bit(d, causal, numerics, monkeypatch):
 def test_query_tile_shift_and_padding_rows_change_no_bit(d, window, numerics, monkeypatch):
     """Since session 33 the sm90 forward under a mask with a right bound cuts a dense batch's
     query tiles so that they end at row N (the partial tile first, stored by the consumers' own
-    stores: FwdKernelParams::q_row_shift), and masks a key tile only where a row of the tile does
+    stores: FwdKernelParams::partial_first), and masks a key tile only where a row of the tile does
     not see all of it (padding rows no longer count). GPROJ_FWD_AB bits 256 and 512 restore the
     old tiles and the old mask; bit 2 stores every tile's O by the consumers' own stores. A row's
     key tiles, their values and order are unchanged (a leading key tile the row does not see
     leaves its state at -inf / 0 / 0): output and LSE bitwise equal. N = 4100 and 1000 queries
-    (no multiple of 64, 128 or 192) against 4100 and 1300 keys (an offset diagonal); every query
-    tile kernel the dispatch picks at these lengths."""
+    (no multiple of 64, 128 or 192) against 4100 and 1300 keys (an offset diagonal), and a varlen
+    batch (each sequence's own partial tile first; lengths 700, 1 and 2399, keys 900, 40, 2399);
+    every query tile kernel the dispatch picks at these lengths."""
     if torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("needs a Hopper GPU")
     g = torch.Generator(device=DEV).manual_seed(7 * d + window[0] + window[1])
-    for nq, nk in ((4100, 4100), (1000, 1300)):
-        q = rand(2, nq, 4, d, g=g, scale=2)
-        k, v = rand(2, nk, 2, d, g=g) + 1, rand(2, nk, 2, d, g=g)
+    cu_q = torch.tensor([0, 700, 701, 3100], dtype=torch.int32, device=DEV)
+    cu_k = torch.tensor([0, 900, 940, 3339], dtype=torch.int32, device=DEV)
+    for nq, nk in ((4100, 4100), (1000, 1300), (None, None)):
+        varlen = nq is None
+        q = rand(3100, 4, d, g=g, scale=2) if varlen else rand(2, nq, 4, d, g=g, scale=2)
+        k, v = ((rand(3339, 2, d, g=g) + 1, rand(3339, 2, d, g=g)) if varlen
+                else (rand(2, nk, 2, d, g=g) + 1, rand(2, nk, 2, d, g=g)))
         runs = []
         for ab in (None, "256", "512", "768", "2"):
             monkeypatch.delenv("GPROJ_FWD_AB", raising=False)
             if ab is not None:
                 monkeypatch.setenv("GPROJ_FWD_AB", ab)
-            runs.append(gproj_cuda.attention(q, k, v, window_size=window, numerics=numerics,
-                                             return_lse=True))
+            if varlen:
+                runs.append(gproj_cuda.attention_varlen(
+                    q, k, v, cu_q, cu_k, 2399, 2399, window_size=window, numerics=numerics,
+                    return_lse=True))
+            else:
+                runs.append(gproj_cuda.attention(q, k, v, window_size=window, numerics=numerics,
+                                                 return_lse=True))
         o0, lse0 = runs[0]
         assert torch.isfinite(o0).all() and o0.abs().max() > 0
         for o, lse in runs[1:]:

@@ -214,7 +214,7 @@ void forward_impl(const AttnParams& p) {
     // warpgroups' 11 tiles of a (sequence, head) need 96 key tiles instead of 101: variant 9
     // against the two warpgroups, interleaved, fa3 / gproj: causal 2k -9.3% / -7.8%, 1k -4.0% /
     // -2.9% (bench/NOTES.md session 33). So from N = 1k under a mask on dense batches (varlen
-    // batches have no shift and were not measured: from 4k, as before).
+    // batches, not measured: from 4k, as before).
     const bool masked = p.masked();
     if constexpr (D == 64) {
       if (p.seqlen_q >= (!masked ? 2048 : p.cu_seqlens_q ? 4096 : 1024)) {

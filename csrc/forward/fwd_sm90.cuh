@@ -148,12 +148,12 @@ struct FwdKernelParams {
   int o_vec, o_tma;
   int rows_q, rows_k, batch_q;  // extents of the TMA tensors (varlen: packed rows, batch 1)
   int num_m_blocks;             // query tiles per (sequence, head) (longest sequence)
-  // Query tile m holds the rows [m * kBlockM - q_row_shift, + kBlockM) that exist (tile_rows):
-  // under a causal-like mask on a dense batch whose N is not a multiple of kBlockM, the tiles
-  // end at row N and the partial one is the first, whose rows see the fewest keys, instead of
-  // the last, which sees them all. (Its Q buffer is loaded from row 0 all the same: its rows
-  // past its end are the next tile's, computed and never stored.)
-  int q_row_shift;
+  // partial_first: query tile m of a sequence of nq rows holds the rows [m * kBlockM - s,
+  // + kBlockM) that exist, s = -nq mod kBlockM (tile_rows): under a causal-like mask the tiles
+  // end at the sequence's last row and the partial one is the first, whose rows see the fewest
+  // keys, instead of the last, which sees them all. (Its Q buffer is loaded from the sequence's
+  // row 0 all the same: its rows past its end are the next tile's, computed and never stored.)
+  int partial_first;
   int sched_group;              // persistent: (sequence, head) pairs scheduled together
   // Persistent: the schedule's tiles (num_m_blocks x pairs) and its last group's index, set on
   // the host so that the producer's thread (24 registers) reads them from the parameters.
@@ -217,10 +217,11 @@ __device__ __forceinline__ TileCoord decode_tile(const Prm& prm, int t, bool lon
   return {longest_first ? num_m - 1 - mi : mi, h, b};
 }
 
-// The rows [m0, m_end) of query tile m_block in a sequence of nq rows (q_row_shift).
+// The rows [m0, m_end) of query tile m_block in a sequence of nq rows (partial_first).
 template <int kBlockM, class Prm>
 __device__ __forceinline__ void tile_rows(const Prm& prm, int m_block, int nq, int& m0, int& m_end) {
-  const int lo = m_block * kBlockM - prm.q_row_shift;
+  const int shift = prm.partial_first ? (kBlockM - nq % kBlockM) % kBlockM : 0;
+  const int lo = m_block * kBlockM - shift;
   m0 = max(lo, 0);
   m_end = min(lo + kBlockM, nq);
 }
@@ -958,15 +959,13 @@ void run_forward(const AttnParams& p, int total_q, int total_k) {
   const int smem = Traits::kSmemBytes;
   prm.num_m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
   if (prm.num_m_blocks == 0) return;
-  // Under a causal-like mask (dense batches; GPROJ_FWD_AB bit 256: no shift) the partial query
-  // tile is the first (q_row_shift). At d = 64's 192-row tiles and N = 2k causal the last tile
-  // (rows 1920-2047 and 64 padding rows) needed all 16 key tiles; first (rows 0-127) it needs
-  // one: the (sequence, head)'s 11 tiles take 96 key tiles instead of 101. (A first form with
-  // the tile's rows before 0, i.e. TMA boxes at negative rows, crashed with an illegal
-  // instruction on the H200: bench/NOTES.md session 33.)
-  prm.q_row_shift = p.window_right >= 0 && !varlen && !(p.fwd_ab & 256)
-                        ? prm.num_m_blocks * Traits::kBlockM - p.seqlen_q
-                        : 0;
+  // Under a causal-like mask (GPROJ_FWD_AB bit 256: not) each sequence's partial query tile is
+  // its first (partial_first). At d = 64's 192-row tiles and N = 2k causal the last tile (rows
+  // 1920-2047 and 64 padding rows) needed all 16 key tiles; first (rows 0-127) it needs one:
+  // the (sequence, head)'s 11 tiles take 96 key tiles instead of 101. (A first form with the
+  // tile's rows before 0, i.e. TMA boxes at negative rows, crashed with an illegal instruction on
+  // the H200: bench/NOTES.md session 33.)
+  prm.partial_first = p.window_right >= 0 && !(p.fwd_ab & 256);
   dim3 grid;
   prm.sched_group = 1;
   prm.tile_counter = nullptr;

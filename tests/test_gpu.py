@@ -608,25 +608,27 @@ def test_schedules_change_no_bit(d, causal, numerics, monkeypatch):
 @pytest.mark.parametrize("window", [(-1, 0), (300, 0), (-1, 77)], ids=["causal", "band", "right"])
 @pytest.mark.parametrize("d", HDIMS)
 def test_query_tile_shift_and_padding_rows_change_no_bit(d, window, numerics, monkeypatch):
-    """Since session 33 the sm90 forward under a mask with a right bound cuts a dense batch's
-    query tiles so that they end at row N (the partial tile first, stored by the consumers' own
-    stores: FwdKernelParams::partial_first), and masks a key tile only where a row of the tile does
-    not see all of it (padding rows no longer count). GPROJ_FWD_AB bits 256 and 512 restore the
-    old tiles and the old mask; bit 2 stores every tile's O by the consumers' own stores. A row's
-    key tiles, their values and order are unchanged (a leading key tile the row does not see
-    leaves its state at -inf / 0 / 0): output and LSE bitwise equal. N = 4100 and 1000 queries
-    (no multiple of 64, 128 or 192) against 4100 and 1300 keys (an offset diagonal), and a varlen
-    batch (each sequence's own partial tile first; lengths 700, 1 and 2399, keys 900, 40, 2399);
+    """Since session 33 the sm90 forward under a mask with a right bound cuts each sequence's
+    query tiles so that they end at its last row (the partial tile first, stored by the
+    consumers' own stores: FwdKernelParams::partial_first; where the key tile divides the query
+    tile, by whole key tiles only, the rest left to the last tile), and masks a key tile only
+    where a row of the tile does not see all of it (padding rows no longer count). GPROJ_FWD_AB
+    bits 256 and 512 restore the old tiles and the old mask; bit 2 stores every tile's O by the
+    consumers' own stores. A row's key tiles, their values and order are unchanged (a leading key
+    tile the row does not see leaves its state at -inf / 0 / 0): output and LSE bitwise equal.
+    N = 4100 and 1050 queries (no multiple of 64, 128 or 192; at 1050 a 128-row tile of 64-key
+    tiles moves by one key tile) against 4100 and 1350 keys (an offset diagonal), and a varlen
+    batch (query lengths 700, 1 and 4099, keys 900, 40 and 4099: at d = 64 the 192-row tiles);
     every query tile kernel the dispatch picks at these lengths."""
     if torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("needs a Hopper GPU")
     g = torch.Generator(device=DEV).manual_seed(7 * d + window[0] + window[1])
-    cu_q = torch.tensor([0, 700, 701, 3100], dtype=torch.int32, device=DEV)
-    cu_k = torch.tensor([0, 900, 940, 3339], dtype=torch.int32, device=DEV)
-    for nq, nk in ((4100, 4100), (1000, 1300), (None, None)):
+    cu_q = torch.tensor([0, 700, 701, 4800], dtype=torch.int32, device=DEV)
+    cu_k = torch.tensor([0, 900, 940, 5039], dtype=torch.int32, device=DEV)
+    for nq, nk in ((4100, 4100), (1050, 1350), (None, None)):
         varlen = nq is None
-        q = rand(3100, 4, d, g=g, scale=2) if varlen else rand(2, nq, 4, d, g=g, scale=2)
-        k, v = ((rand(3339, 2, d, g=g) + 1, rand(3339, 2, d, g=g)) if varlen
+        q = rand(4800, 4, d, g=g, scale=2) if varlen else rand(2, nq, 4, d, g=g, scale=2)
+        k, v = ((rand(5039, 2, d, g=g) + 1, rand(5039, 2, d, g=g)) if varlen
                 else (rand(2, nk, 2, d, g=g) + 1, rand(2, nk, 2, d, g=g)))
         runs = []
         for ab in (None, "256", "512", "768", "2"):
@@ -635,7 +637,7 @@ def test_query_tile_shift_and_padding_rows_change_no_bit(d, window, numerics, mo
                 monkeypatch.setenv("GPROJ_FWD_AB", ab)
             if varlen:
                 runs.append(gproj_cuda.attention_varlen(
-                    q, k, v, cu_q, cu_k, 2399, 2399, window_size=window, numerics=numerics,
+                    q, k, v, cu_q, cu_k, 4099, 4099, window_size=window, numerics=numerics,
                     return_lse=True))
             else:
                 runs.append(gproj_cuda.attention(q, k, v, window_size=window, numerics=numerics,

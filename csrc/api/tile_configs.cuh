@@ -210,7 +210,7 @@ void forward_impl(const AttnParams& p) {
     // these lengths waits inside the softmax, session 31's form: fa3 mode -2 to -6%, gproj 0 to
     // -1% at N = 1k-2k, and at 2k causal as fast as variant 9, bench/NOTES.md session 32.)
     // Since session 33 a dense batch's query tiles under a causal-like mask end at row N (the
-    // partial tile is the first, FwdKernelParams::q_row_shift), and at N = 2k the three
+    // partial tile is the first, FwdKernelParams::partial_first), and at N = 2k the three
     // warpgroups' 11 tiles of a (sequence, head) need 96 key tiles instead of 101: variant 9
     // against the two warpgroups, interleaved, fa3 / gproj: causal 2k -9.3% / -7.8%, 1k -4.0% /
     // -2.9% (bench/NOTES.md session 33). So from N = 1k under a mask on dense batches (varlen

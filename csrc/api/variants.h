@@ -84,7 +84,7 @@ inline int tile_order() {
 //      not as programmatic dependents of the kernel before, and the persistent forward's tile
 //      counter zeroed by its own memset, not with the centering workspace (session 30).
 // 256: the sm90 forward's query tiles start at row 0 under a causal-like mask too (before session
-//      33), not shifted so that the partial tile is the first (FwdKernelParams::q_row_shift);
+//      33), not shifted so that the partial tile is the first (FwdKernelParams::partial_first);
 // 512: the sm90 forward masks every key tile of a query tile with padding rows (past the
 //      sequence's end; before session 33), not only the tiles some stored row does not fully see;
 // 2048: the persistent forward's O-store thread waits for the store's shared-memory reads right

@@ -151,7 +151,8 @@ struct FwdKernelParams {
   // partial_first: query tile m of a sequence of nq rows holds the rows [m * kBlockM - s,
   // + kBlockM) that exist, s = -nq mod kBlockM (tile_rows): under a causal-like mask the tiles
   // end at the sequence's last row and the partial one is the first, whose rows see the fewest
-  // keys, instead of the last, which sees them all. (Its Q buffer is loaded from the sequence's
+  // keys, instead of the last, which sees them all. (Where kBlockN divides kBlockM, s rounded
+  // down to a multiple of kBlockN, and the last tile keeps the rest as padding rows.) (Its Q buffer is loaded from the sequence's
   // row 0 all the same: its rows past its end are the next tile's, computed and never stored.)
   int partial_first;
   int sched_group;              // persistent: (sequence, head) pairs scheduled together
@@ -218,10 +219,13 @@ __device__ __forceinline__ TileCoord decode_tile(const Prm& prm, int t, bool lon
 }
 
 // The rows [m0, m_end) of query tile m_block in a sequence of nq rows (partial_first).
-template <int kBlockM, class Prm>
+template <int kBlockM, int kBlockN, class Prm>
 __device__ __forceinline__ void tile_rows(const Prm& prm, int m_block, int nq, int& m0, int& m_end) {
   const int shift = prm.partial_first ? (kBlockM - nq % kBlockM) % kBlockM : 0;
-  const int lo = m_block * kBlockM - shift;
+  // Where kBlockN divides kBlockM the shift keeps the diagonal on the key tiles' edges
+  // (FwdKernelParams::partial_first): a multiple of kBlockN, the rest left to the last tile.
+  constexpr int kAlign = kBlockM % kBlockN == 0 ? kBlockN : 1;
+  const int lo = m_block * kBlockM - (shift - shift % kAlign);
   m0 = max(lo, 0);
   m_end = min(lo + kBlockM, nq);
 }
@@ -341,7 +345,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         }
         const SeqBounds seq(p, tc.b);
         int m0, m_end;
-        tile_rows<kBlockM>(prm, tc.m_block, seq.nq, m0, m_end);
+        tile_rows<kBlockM, kBlockN>(prm, tc.m_block, seq.nq, m0, m_end);
         const Mask mask(seq.nq, seq.nk, p.window_left, p.window_right, p.diag_shift);
         int nb_min, nb_max;  // key tiles this query tile needs
         mask.key_blocks(m0, m_end, kBlockN, nb_min, nb_max);
@@ -472,7 +476,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     const int m_block = tc.m_block, h = tc.h, b = tc.b;
     const SeqBounds seq(p, b);
     int m0, m_end;  // the tile's rows
-    tile_rows<kBlockM>(prm, m_block, seq.nq, m0, m_end);
+    tile_rows<kBlockM, kBlockN>(prm, m_block, seq.nq, m0, m_end);
     if (m0 >= seq.nq) continue;  // uniform for the block (one tile per block: a varlen tile past
                                  // its sequence; the persistent producer hands none over)
     const int hk = prm.div_heads_per_kv.div(h);
@@ -964,7 +968,11 @@ void run_forward(const AttnParams& p, int total_q, int total_k) {
   // 1920-2047 and 64 padding rows) needed all 16 key tiles; first (rows 0-127) it needs one:
   // the (sequence, head)'s 11 tiles take 96 key tiles instead of 101. (A first form with the
   // tile's rows before 0, i.e. TMA boxes at negative rows, crashed with an illegal instruction on
-  // the H200: bench/NOTES.md session 33.)
+  // the H200: bench/NOTES.md session 33.) Where kBlockN divides kBlockM, by a multiple of
+  // kBlockN only (tile_rows): a tile that ends s < kBlockN rows earlier needs the same key tiles,
+  // and its diagonal, moved off the key tiles' edges, crosses two of them instead of one (one
+  // more masked iteration per tile), measured so with the whole shift at 128 x 128 tiles
+  // (session 33 item 6, varlen mean length 2k causal: d = 64 +2%, d = 128 +1.3%).
   prm.partial_first = p.window_right >= 0 && !(p.fwd_ab & 256);
   dim3 grid;
   prm.sched_group = 1;

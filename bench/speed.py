@@ -511,6 +511,10 @@ def plot(records, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(2, 1, figsize=(16, 10), sharey=True)
+    # one colour per implementation in both panels (the backward has no FA3 line: a panel's own
+    # colour cycle would give its lines the forward's colours of other implementations)
+    label = lambda r: r["impl"] + (f"/{r['numerics']}" if r["numerics"] else "")  # noqa: E731
+    colors = {n: f"C{i}" for i, n in enumerate(sorted({label(r) for r in records}))}
     for ax, op in zip(axes, ("fwd", "bwd")):
         rs = [r for r in records if r["op"] == op]
         cudnn = {_key(r): r["tflops"] for r in rs if r["impl"] == "sdpa_cudnn"}
@@ -518,21 +522,20 @@ def plot(records, path):
         # kernels) sets its time there, so a ratio to it would mislead (see speed.md)
         keys = sorted({_key(r) for r in rs if _kind(r) != "varlen"},
                       key=lambda k: (k[3] != "dense", k[3], k[0], k[1], k[2]))
-        names = sorted({r["impl"] + (f"/{r['numerics']}" if r["numerics"] else "") for r in rs})
+        names = sorted({label(r) for r in rs})
         for name in names:
             ys = []
             for key in keys:
-                m = [r["tflops"] for r in rs if _key(r) == key and
-                     r["impl"] + (f"/{r['numerics']}" if r["numerics"] else "") == name]
+                m = [r["tflops"] for r in rs if _key(r) == key and label(r) == name]
                 ys.append(m[0] / cudnn[key] if m and key in cudnn else math.nan)
-            ax.plot(range(len(keys)), ys, marker="o", label=name)
+            ax.plot(range(len(keys)), ys, marker="o", label=name, color=colors[name])
         ax.set_xticks(range(len(keys)))
         ax.set_xticklabels([f"d{k[0]} N{k[1] / 1024:.3g}k{' c' if k[2] else ''}{'' if k[3] == 'dense' else ' ' + k[3]}"
                             for k in keys], rotation=70, fontsize=7)
         ax.axhline(1.0, color="gray", lw=0.5)
         ax.set_title(f"{op}: TFLOPS / cuDNN (same run; varlen shapes in speed.md)")
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s]"; }
+xz -dc _wheels/_C.so.xz > gproj_cuda/_C.cpython-312-x86_64-linux-gnu.so || exit 1
+( cd _wheels/fa3/flash_attn_3 && xz -dc _C.abi3.so.xz > _C.abi3.so ) || exit 1
+export PYTHONPATH=$PWD:$PWD/_wheels/fa3
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
+timeout 150 compute-sanitizer --tool memcheck --print-limit 5 python3 _wheels/memcheck_shift.py > $OUT/memcheck_shift.txt 2>&1
+echo "$(el) memcheck rc=$?"; tail -3 $OUT/memcheck_shift.txt
+C=$(cat _wheels/commit.txt)
+GPROJ_COMMIT=$C timeout 420 python3 bench/speed.py --impls gproj_cuda/gproj,gproj_cuda/fa3,sdpa_cudnn,sdpa_flash,fa3 --budget-s 0.2 --pause 0.05 --rounds 3 --out $OUT/speed.json --md $OUT/speed.md --plot $OUT/speed.png > $OUT/speed_log.txt 2>&1
+echo "$(el) speed rc=$?"; tail -5 $OUT/speed_log.txt

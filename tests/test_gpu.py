@@ -574,8 +574,10 @@ def test_schedules_change_no_bit(d, causal, numerics, monkeypatch):
     more than four waves by groups of (sequence, head) pairs, the remainder group first (d = 256's
     80-key forward here), and the persistent forward's remainder group first (d = 64, 128); the
     persistent forward's O-store thread waits for the store's reads after the next tile's first
-    GEMM issue. GPROJ_TILE_ORDER=3 and GPROJ_FWD_AB=2048 restore the old order and wait. The order
-    changes no arithmetic: output and LSE bitwise equal, and the gradients (deterministic) too.
+    GEMM issue. GPROJ_TILE_ORDER=3 and GPROJ_FWD_AB=2048 restore the old order and wait. Since
+    session 34 the persistent forward without a mask runs one pair at a time (a pair's query tiles
+    on consecutive blocks); GPROJ_FWD_AB=1024 restores the groups of pairs. The order changes no
+    arithmetic: output and LSE bitwise equal, and the gradients (deterministic) too.
     21 pairs of 33 query tiles: 693 one-tile blocks, beyond four waves, and pair counts that are
     no multiple of the L2 group size."""
     if torch.cuda.get_device_capability()[0] < 9:
@@ -586,7 +588,7 @@ def test_schedules_change_no_bit(d, causal, numerics, monkeypatch):
     k = k + 1
     do = rand(3, n, 7, d, g=g)
     runs = []
-    for env in ({}, {"GPROJ_TILE_ORDER": "3"}, {"GPROJ_FWD_AB": "2048"}):
+    for env in ({}, {"GPROJ_TILE_ORDER": "3"}, {"GPROJ_FWD_AB": "2048"}, {"GPROJ_FWD_AB": "1024"}):
         for name in ("GPROJ_TILE_ORDER", "GPROJ_FWD_AB"):
             monkeypatch.delenv(name, raising=False)
         for name, val in env.items():

@@ -74,6 +74,8 @@ inline int tile_order() {
 //      session 15), instead of handing them out from a tile counter (AttnParams::tile_counter);
 //  16: the persistent forward under a mask schedules one (sequence, head) pair at a time (the
 //      one-tile grid's order), not groups of pairs whose K and V fill half of L2;
+// 1024: the persistent forward without a mask schedules groups of pairs whose K and V fill half
+//      of L2, the pairs fastest (before session 34), not one pair at a time;
 //  32: (backward) the Hopper passes store dK, dV (and gproj's Q-outer pass dQ) from their
 //      accumulators, 4 bytes per store (before session 19), not through shared memory
 //      (stage_and_store_rows, csrc/common/sm90.cuh);
@@ -89,7 +91,7 @@ inline int tile_order() {
 //      sequence's end; before session 33), not only the tiles some stored row does not fully see;
 // 2048: the persistent forward's O-store thread waits for the store's shared-memory reads right
 //      after issuing it (before session 32), not after the next tile's first GEMM issue.
-// Written as a decimal number (1 to 4095; 1024 unused).
+// Written as a decimal number (1 to 4095).
 inline int fwd_ab() {
   const char* v = std::getenv("GPROJ_FWD_AB");
   if (v == nullptr) return 0;

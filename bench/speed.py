@@ -10,7 +10,11 @@ imports on this machine (torch SDPA cuDNN / flash / memory-efficient, FlexAttent
 
 TFLOPS = 4·B·H·N²·d / t (halved when causal); backward counts 2.5x the forward's FLOPs. Times are
 medians over repeated CUDA-event timings after warm-up, with a pause between configurations;
-the ratio column is to cuDNN measured in the same run (ratios travel between machines).
+the ratio column is to cuDNN measured in the same run (ratios travel between machines). Each
+timed op first runs back to back for --warm-s seconds (0.3): under a sustained load the H200
+sits at its 700 W power cap with its clock 15-25% below the boost clock, which is what a
+training loop sees, and timing from an idle GPU mixed the two regimes (up to 14% between rounds
+of one implementation; bench/NOTES.md session 34). --warm-s 0 times as before session 34.
 
 Shapes: B*N = --tokens (16k), H*d = --width (2048); "dense" (heads_k = heads), "gqa" (heads_k =
 heads / 8) and "varlen" (--tokens packed into sequences of random lengths with the given mean,
@@ -52,6 +56,7 @@ def flops(batch, heads, seqlen_q, seqlen_k, d, causal, op):
 
 
 BUDGET_S = 1.0      # per timed op (--budget-s)
+WARM_S = 0.0        # back-to-back calls before each timed op (--warm-s)
 DEVICE = "cuda"     # --device cpu: code-path check only (perf_counter timings)
 
 
@@ -60,7 +65,7 @@ def _sync():
         torch.cuda.synchronize()
 
 
-def time_cuda(fn, *, warmup=3, min_reps=10, max_reps=100, budget_s=None):
+def time_cuda(fn, *, warmup=3, min_reps=10, max_reps=100, budget_s=None, warm_s=None):
     """Median milliseconds of fn() by CUDA events (perf_counter on --device cpu).
 
     The calls are queued back to back and synchronized once, as in a training loop, where the
@@ -68,11 +73,25 @@ def time_cuda(fn, *, warmup=3, min_reps=10, max_reps=100, budget_s=None):
     every call was synchronized, so each one started on an idle GPU and its time included the
     host's dispatch up to its first kernel; that inflated short calls, ours the most: several
     launches per call. bench/NOTES.md, session 5.) A call whose host overhead exceeds its GPU
-    time still shows it: the GPU then waits on the host."""
+    time still shows it: the GPU then waits on the host.
+
+    warm_s: seconds of back-to-back calls before the timed ones. Under a sustained load the H200
+    reaches its 700 W cap within ~0.1-0.3 s and its SM clock drops from 1.98 GHz to 1.5-1.8 GHz,
+    by how much depending on the kernel's energy per cycle (bench/NOTES.md session 34); timed
+    from an idle GPU, the first part of a 0.2 s window runs at the boost clock and the median
+    lands between the two regimes, differently for each implementation and round. Warmed, every
+    implementation is timed in the sustained regime a training loop runs in."""
     budget_s = BUDGET_S if budget_s is None else budget_s
+    warm_s = WARM_S if warm_s is None else warm_s
     for _ in range(warmup):
         fn()
     _sync()
+    if warm_s > 0 and DEVICE == "cuda":
+        t_warm = time.perf_counter()
+        while time.perf_counter() - t_warm < warm_s:
+            for _ in range(8):
+                fn()
+            _sync()
     t0 = time.perf_counter()
     fn()
     _sync()
@@ -339,7 +358,7 @@ def _ints(s):
 
 
 def main(argv=None):
-    global BUDGET_S, DEVICE
+    global BUDGET_S, DEVICE, WARM_S
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--impls", default="all", help="comma list (default: all importable)")
@@ -361,6 +380,9 @@ def main(argv=None):
     ap.add_argument("--kmean", type=float, default=0.0,
                     help="key offset: k = N(0,1) + KMEAN w, w = +-1 per head and coordinate")
     ap.add_argument("--budget-s", type=float, default=1.0, help="timing seconds per op and impl")
+    ap.add_argument("--warm-s", type=float, default=0.3,
+                    help="seconds of back-to-back calls before each timed op: times in the\n"
+                         "power-capped regime of a sustained load (time_cuda)")
     ap.add_argument("--pause", type=float, default=0.2, help="seconds between configurations")
     ap.add_argument("--rounds", type=int, default=1,
                     help="time every implementation this many times per shape, taking turns, "
@@ -373,8 +395,13 @@ def main(argv=None):
     ap.add_argument("--out", help="JSON records (SPEC.md section 8 schema), rewritten per shape")
     ap.add_argument("--md", help="Markdown table")
     ap.add_argument("--plot", help="PNG: TFLOPS ratio to cuDNN per shape")
+    ap.add_argument("--render", metavar="JSON[,JSON...]",
+                    help="no timing: merge these runs' records (e.g. the --shard parts of one "
+                         "run) into --out, --md and --plot")
     args = ap.parse_args(argv)
-    BUDGET_S, DEVICE = args.budget_s, args.device
+    if args.render:
+        return render(args.render.split(","), args.out, args.md, args.plot, argv)
+    BUDGET_S, DEVICE, WARM_S = args.budget_s, args.device, args.warm_s
     if DEVICE == "cuda" and not torch.cuda.is_available():
         print("bench/speed.py needs a CUDA GPU (or --device cpu for a code-path check).")
         return 2
@@ -504,6 +531,31 @@ def markdown(records):
     return "\n".join(lines) + ("\n\nTFLOPS (ratio to cuDNN in the same run). varlen rows: N is the "
                                 "longest packed sequence; FLOPs summed per sequence; no ratios (SDPA runs "
                                 "them through nested tensors, whose overhead sets its time).\n")
+
+
+def render(paths, out, md, png, argv):
+    """--render: the records of several JSON files (one run's --shard parts) as one table."""
+    records = []
+    for path in paths:
+        with open(path) as f:
+            records += json.load(f)
+    if not records:
+        print("bench/speed.py --render: no records in " + ", ".join(paths))
+        return 2
+    if out:
+        with open(out, "w") as f:
+            json.dump(records, f, indent=1)
+    table = markdown(records)
+    print(table)
+    if md:
+        runs = sorted({(r["gpu"], r["torch"], str(r["commit"])) for r in records})
+        with open(md, "w") as f:
+            f.write("Measured on " + "; ".join(f"{g}, torch {t}, commit {c}" for g, t, c in runs)
+                    + f"; merged by `python bench/speed.py {' '.join(argv or sys.argv[1:])}`\n\n"
+                    + table)
+    if png:
+        plot(records, png)
+    return 0
 
 
 def plot(records, path):

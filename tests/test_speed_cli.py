@@ -49,3 +49,25 @@ def test_speed_kmean_offsets_the_keys(tmp_path, monkeypatch):
     assert recs and all(r["kmean"] == 32 for r in recs)
     # every coordinate's mean over the keys is +-32 (N(0,1) noise over 64 x 2 keys: |err| < 1)
     assert seen and all(((m.abs() - 32).abs() < 1).all() for m in seen)
+
+
+def test_speed_render_merges_shards(tmp_path):
+    """--shard i/n runs measure disjoint shapes; --render merges their records into one JSON
+    and table without timing anything."""
+    speed = _speed()
+    base = ["--device", "cpu", "--tokens", "128", "--width", "128", "--hdims", "64",
+            "--seqlens", "64", "--no-gqa", "--varlen-means", "", "--varlen-mixes", "",
+            "--budget-s", "0.01", "--pause", "0", "--ops", "fwd"]
+    parts = []
+    for i in range(2):  # two shapes (causal and not), one per shard
+        out = tmp_path / f"part{i}.json"
+        assert speed.main(base + ["--shard", f"{i}/2", "--out", str(out)]) == 0
+        parts.append(json.loads(out.read_text()))
+    assert parts[0] and parts[1]
+    assert {r["causal"] for r in parts[0]}.isdisjoint({r["causal"] for r in parts[1]})
+    merged, md = tmp_path / "merged.json", tmp_path / "merged.md"
+    assert speed.main(["--render", ",".join(str(tmp_path / f"part{i}.json") for i in range(2)),
+                       "--out", str(merged), "--md", str(md)]) == 0
+    assert json.loads(merged.read_text()) == parts[0] + parts[1]
+    text = md.read_text()
+    assert text.startswith("Measured on cpu") and "merged by" in text and "| 64 |" in text

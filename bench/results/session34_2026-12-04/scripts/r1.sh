@@ -1,17 +1,10 @@
 #!/usr/bin/env bash
 # Session 34 round 1: the aligned shift's A/B, the new test, the GPU suite.
-set -uo pipefail
-export PYTHONUNBUFFERED=1
-T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s]"; }
-xz -dc _wheels/_C.so.xz > gproj_cuda/_C.cpython-312-x86_64-linux-gnu.so || exit 1
-( cd _wheels/fa3/flash_attn_3 && xz -dc _C.abi3.so.xz > _C.abi3.so ) &
-export PYTHONPATH=$PWD
+source scripts/device_prelude.sh
 python3 -c "import gproj_cuda as g; print('available:', g.is_available(), g.unavailable_reason())"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
 timeout 90 python3 -m pytest tests/test_gpu.py -q -p no:cacheprovider -k "query_tile_shift or schedules_change_no_bit or o_by_tma" 2>&1 | tail -5 | tee $OUT/tests_new.txt
 echo "$(el) new tests"
-wait
-export PYTHONPATH=$PWD:$PWD/_wheels/fa3
 ( cd scripts && AB_ENV=GPROJ_FWD_AB AB_REPS=11 timeout 200 python3 fwd_ab.py 0,256 64,v2048,causal 128,v2048,causal 128,v4096,causal 64,v4096,causal 256,v2048,causal 64,4096,causal ) > $OUT/ab_varlen_align.txt 2>&1
 echo "$(el) ab rc=$?"; tail -40 $OUT/ab_varlen_align.txt
 timeout 280 python3 -m pytest tests/test_gpu.py tests/test_distributed.py -m gpu -q -p no:cacheprovider -x 2>&1 | tail -8 > $OUT/gpu_suite.txt

@@ -1,10 +1,5 @@
 #!/usr/bin/env bash
-set -uo pipefail
-export PYTHONUNBUFFERED=1
-T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s]"; }
-xz -dc _wheels/_C.so.xz > gproj_cuda/_C.cpython-312-x86_64-linux-gnu.so || exit 1
-( cd _wheels/fa3/flash_attn_3 && xz -dc _C.abi3.so.xz > _C.abi3.so ) || exit 1
-export PYTHONPATH=$PWD:$PWD/_wheels/fa3
+source scripts/device_prelude.sh
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
 timeout 150 compute-sanitizer --tool memcheck --print-limit 5 python3 _wheels/memcheck_shift.py > $OUT/memcheck_shift.txt 2>&1
 echo "$(el) memcheck rc=$?"; tail -3 $OUT/memcheck_shift.txt

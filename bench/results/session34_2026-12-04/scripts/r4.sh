@@ -1,9 +1,5 @@
 #!/usr/bin/env bash
-set -uo pipefail
-export PYTHONUNBUFFERED=1
-xz -dc _wheels/_C.so.xz > gproj_cuda/_C.cpython-312-x86_64-linux-gnu.so || exit 1
-( cd _wheels/fa3/flash_attn_3 && xz -dc _C.abi3.so.xz > _C.abi3.so ) || exit 1
-export PYTHONPATH=$PWD:$PWD/_wheels/fa3
+source scripts/device_prelude.sh
 nvidia-smi --query-gpu=power.limit,enforced.power.limit,clocks.max.sm,clocks.applications.graphics --format=csv
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active --format=csv,noheader -lms 50 > $OUT/smi.csv 2>&1 &
 SMI=$!

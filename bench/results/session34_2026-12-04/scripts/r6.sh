@@ -1,10 +1,5 @@
 #!/usr/bin/env bash
-set -uo pipefail
-export PYTHONUNBUFFERED=1
-T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s]"; }
-xz -dc _wheels/_C.so.xz > gproj_cuda/_C.cpython-312-x86_64-linux-gnu.so || exit 1
-( cd _wheels/fa3/flash_attn_3 && xz -dc _C.abi3.so.xz > _C.abi3.so ) || exit 1
-export PYTHONPATH=$PWD:$PWD/_wheels/fa3
+source scripts/device_prelude.sh
 timeout 120 python3 -m pytest tests/test_gpu.py -q -p no:cacheprovider -k "schedules_change_no_bit or query_tile_shift or persistent" 2>&1 | tail -3 | tee $OUT/tests_sched.txt
 echo "$(el) tests"
 ( cd scripts && AB_ENV=GPROJ_FWD_AB AB_REPS=11 timeout 200 python3 fwd_ab.py 0,1024 64,2048 64,8192 64,16384 128,2048 128,4096 128,8192 128,16384 128,4096,gqa 128,16384,gqa ) > $OUT/ab_pair_order.txt 2>&1

@@ -1,10 +1,5 @@
 #!/usr/bin/env bash
-set -uo pipefail
-export PYTHONUNBUFFERED=1
-T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s]"; }
-xz -dc _wheels/_C.so.xz > gproj_cuda/_C.cpython-312-x86_64-linux-gnu.so || exit 1
-( cd _wheels/fa3/flash_attn_3 && xz -dc _C.abi3.so.xz > _C.abi3.so ) || exit 1
-export PYTHONPATH=$PWD:$PWD/_wheels/fa3
+source scripts/device_prelude.sh
 timeout 80 python3 scripts/energy_probe.py --modes fa3 --env GPROJ_FWD_AB=-,16 128,4096,causal 64,4096,causal 128,8192,causal 64,16384,causal 2>&1 | tee $OUT/energy_causal_group.txt
 echo "$(el)"
 timeout 60 python3 scripts/energy_probe.py --modes fa3 --env GPROJ_TILE_ORDER=-,2 256,4096,causal 256,16384,causal 128,16384,causal 2>&1 | tee $OUT/energy_causal_onetile.txt

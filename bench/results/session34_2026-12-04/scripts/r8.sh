@@ -1,10 +1,5 @@
 #!/usr/bin/env bash
-set -uo pipefail
-export PYTHONUNBUFFERED=1
-T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s]"; }
-xz -dc _wheels/_C.so.xz > gproj_cuda/_C.cpython-312-x86_64-linux-gnu.so || exit 1
-( cd _wheels/fa3/flash_attn_3 && xz -dc _C.abi3.so.xz > _C.abi3.so ) || exit 1
-export PYTHONPATH=$PWD:$PWD/_wheels/fa3
+source scripts/device_prelude.sh
 timeout 200 python3 -m pytest tests/test_gpu.py tests/test_distributed.py -m gpu -q -p no:cacheprovider 2>&1 | tail -4 > $OUT/gpu_suite_final.txt
 echo "$(el) suite"; cat $OUT/gpu_suite_final.txt
 C=$(cat _wheels/commit.txt)

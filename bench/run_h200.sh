@@ -29,7 +29,8 @@ speed() {
   for p in $(jobs -pr); do kill $p 2>/dev/null; done
   wait
   echo "$(el) flex warm-up done: $(grep -c warmed "$OUT"/flexwarm*.log | tr '\n' ' ')"
-  timeout "${SPEED_S:-240}" python3 bench/speed.py $SHAPES --flex-hdims 128 --budget-s 0.2 \
+  # (--warm-s 0: timed as when this was run; bench/speed.py warms 0.3 s per op since session 34)
+  timeout "${SPEED_S:-240}" python3 bench/speed.py $SHAPES --flex-hdims 128 --budget-s 0.2 --warm-s 0 \
     --pause 0.1 --out "$OUT/speed_new.json" --md "$OUT/speed_new.md" > "$OUT/speed.log" 2>&1
   echo "$(el) speed rc=$?"
   grep -E "^\s+\[|done|unavailable" "$OUT/speed.log" | cut -c1-150 | tail -n 60

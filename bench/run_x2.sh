@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The commands of the two-GPU session (kind nvidia-h200-x2; one `run` each, < 10 minutes), kept
-# so that what was run is on record. Run from the repository root with gproj_cuda's module in
+# so that what was run is on record (speed.py with --warm-s 0: timed as then, from an idle GPU). Run from the repository root with gproj_cuda's module in
 # place (cp _devbuild/_C.cpython-312-*.so gproj_cuda/) and OUT set:
 #
 #   bash bench/run_x2.sh check numerics ring speed   # command A
@@ -49,7 +49,7 @@ speed() {   # causal tile order (sm90 forward) and FlexAttention, side by side w
   wait   # the flex warm-up
   echo "$(el) flex warm-up: $(grep -c warmed "$OUT/flexwarm.log") shapes"
   timeout "${SPEED_S:-150}" python3 bench/speed.py --impls gproj_cuda/gproj,gproj_cuda/fa3,sdpa_cudnn,flex \
-    $SPEED_SHAPES --budget-s 0.2 --pause 0.1 --out "$OUT/speed_x2.json" --md "$OUT/speed_x2.md" > "$OUT/speed_x2.log" 2>&1
+    $SPEED_SHAPES --budget-s 0.2 --warm-s 0 --pause 0.1 --out "$OUT/speed_x2.json" --md "$OUT/speed_x2.md" > "$OUT/speed_x2.log" 2>&1
   echo "$(el) speed rc=$?"
   tail -n 25 "$OUT/speed_x2.md" 2>/dev/null
 }
@@ -66,7 +66,7 @@ variants() {   # sm90 forward variants (GPROJ_FWD_VARIANT 0-8; VARS picks) side 
   for V in ${VARS:-0 1 2 3 4 5}; do
     GPROJ_FWD_VARIANT=$V timeout "${VAR_S:-70}" python3 bench/speed.py \
       --impls gproj_cuda/gproj,gproj_cuda/fa3,sdpa_cudnn --ops fwd --hdims 64,128,256 \
-      --seqlens 2048,4096,8192,16384 --gqa-seqlens '' --varlen-means '' --budget-s 0.2 --pause 0.05 \
+      --seqlens 2048,4096,8192,16384 --gqa-seqlens '' --varlen-means '' --budget-s 0.2 --warm-s 0 --pause 0.05 \
       --out "$OUT/fwd_variant$V.json" --md "$OUT/fwd_variant$V.md" > "$OUT/fwd_variant$V.log" 2>&1
     echo "$(el) variant $V rc=$?"
   done
@@ -84,7 +84,7 @@ hopper() {   # the Hopper KV-outer backward (fa3, d=128) and the persistent forw
     GPROJ_HOPPER_BWD=$HB GPROJ_BWD_VARIANT=$BV timeout "${HB_S:-80}" python3 bench/speed.py \
       --impls ${HB_IMPLS:-gproj_cuda/fa3,sdpa_cudnn} \
       --ops bwd --hdims 128 --seqlens 2048,4096,8192,16384 --gqa-seqlens 16384 --varlen-means '' \
-      --budget-s 0.2 --pause 0.05 --out "$OUT/bwd_hopper$tag.json" --md "$OUT/bwd_hopper$tag.md" \
+      --budget-s 0.2 --warm-s 0 --pause 0.05 --out "$OUT/bwd_hopper$tag.json" --md "$OUT/bwd_hopper$tag.md" \
       > "$OUT/bwd_hopper$tag.log" 2>&1
     echo "$(el) backward speed GPROJ_HOPPER_BWD=$HB GPROJ_BWD_VARIANT=$BV rc=$?"
     grep "| 128" "$OUT/bwd_hopper$tag.md"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The commands of the two-GPU session (kind nvidia-h200-x2; one `run` each, < 10 minutes), kept
-# so that what was run is on record (speed.py with --warm-s 0: timed as then, from an idle GPU). Run from the repository root with gproj_cuda's module in
-# place (cp _devbuild/_C.cpython-312-*.so gproj_cuda/) and OUT set:
+# so that what was run is on record (speed.py with --warm-s 0: timed as then, from an idle GPU).
+# Run from the repository root with gproj_cuda's module in place
+# (cp _devbuild/_C.cpython-312-*.so gproj_cuda/) and OUT set:
 #
 #   bash bench/run_x2.sh check numerics ring speed   # command A
 #   PT_GPUS=2 bash bench/run_h200.sh pretrain        # command B: six pretraining arms on 2 GPUs

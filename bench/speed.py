@@ -482,14 +482,8 @@ def main(argv=None):
     print(f"done: {len(shapes)} shapes in {time.time() - t_run:.0f} s", flush=True)
     if args.warm_only:
         return 0
-    table = markdown(records)
-    print(table)
-    if args.md:
-        with open(args.md, "w") as f:
-            f.write(f"Measured on {gpu}, torch {torch.__version__}, commit {commit}, "
-                    f"`python bench/speed.py {' '.join(argv or sys.argv[1:])}`\n\n" + table)
-    if args.plot:
-        plot(records, args.plot)
+    write_table(records, args.md, args.plot,
+                f"`python bench/speed.py {' '.join(argv or sys.argv[1:])}`")
     return 0
 
 
@@ -545,17 +539,23 @@ def render(paths, out, md, png, argv):
     if out:
         with open(out, "w") as f:
             json.dump(records, f, indent=1)
+    write_table(records, md, png,
+                f"merged by `python bench/speed.py {' '.join(argv or sys.argv[1:])}`")
+    return 0
+
+
+def write_table(records, md, png, command):
+    """The Markdown table (printed; to `md` under a line naming the machine, torch and commit of
+    the records' runs and `command`) and the plot (`png`)."""
     table = markdown(records)
     print(table)
     if md:
         runs = sorted({(r["gpu"], r["torch"], str(r["commit"])) for r in records})
         with open(md, "w") as f:
             f.write("Measured on " + "; ".join(f"{g}, torch {t}, commit {c}" for g, t, c in runs)
-                    + f"; merged by `python bench/speed.py {' '.join(argv or sys.argv[1:])}`\n\n"
-                    + table)
+                    + f", {command}\n\n" + table)
     if png:
         plot(records, png)
-    return 0
 
 
 def plot(records, path):

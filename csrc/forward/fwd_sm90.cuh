@@ -151,9 +151,10 @@ struct FwdKernelParams {
   // partial_first: query tile m of a sequence of nq rows holds the rows [m * kBlockM - s,
   // + kBlockM) that exist, s = -nq mod kBlockM (tile_rows): under a causal-like mask the tiles
   // end at the sequence's last row and the partial one is the first, whose rows see the fewest
-  // keys, instead of the last, which sees them all. (Where kBlockN divides kBlockM, s rounded
-  // down to a multiple of kBlockN, and the last tile keeps the rest as padding rows.) (Its Q buffer is loaded from the sequence's
-  // row 0 all the same: its rows past its end are the next tile's, computed and never stored.)
+  // keys, instead of the last, which sees them all. Where kBlockN divides kBlockM, s is rounded
+  // down to a multiple of kBlockN and the last tile keeps the rest as padding rows. (The first
+  // tile's Q buffer is loaded from the sequence's row 0 all the same: its rows past its end are
+  // the next tile's, computed and never stored.)
   int partial_first;
   int sched_group;              // persistent: (sequence, head) pairs scheduled together
   // Persistent: the schedule's tiles (num_m_blocks x pairs) and its last group's index, set on
@@ -985,24 +986,23 @@ void run_forward(const AttnParams& p, int total_q, int total_k) {
       throw std::logic_error("persistent sm90 forward: num_sms / l2_bytes unset (launch.cu sets them)");
     const int64_t tiles = int64_t(prm.num_m_blocks) * p.heads * p.batch;
     grid = dim3(unsigned(std::min<int64_t>(tiles, p.num_sms)), 1, 1);
-    // (sequence, head) pairs scheduled together: their K and V within half of L2 (under a mask;
-    // without one, one pair at a time: below).
-    prm.sched_group = l2_pair_group(p, kv_bytes, p.heads * p.batch);
+    // Under a mask, groups of (sequence, head) pairs scheduled together, their K and V within
+    // half of L2, each group's longest tiles first across its pairs (GPROJ_FWD_AB bit 16: one
+    // pair at a time, measured slower). Without a mask every tile is as long as the next: one
+    // pair at a time, its query tiles on consecutive blocks (FlashAttention-3's order), so that
+    // the ~8 pairs in flight have their K and V read from DRAM about once, by the first of their
+    // 16 tiles (N = 2k, d = 128), and the rest hit in L2. Grouped there (GPROJ_FWD_AB bit 1024,
+    // the order before session 34), a pair's tiles spread over waves, and between two waves the
+    // streamed Q and O evict much of K and V: ncu at d = 128 N = 2k read 630 MB from DRAM per
+    // call against FlashAttention-3's 259 (Q, K, V, O: 256 MB), and in a power-capped run that
+    // traffic is clock (bench/NOTES.md session 34).
+    const bool masked = p.masked();
+    const bool grouped = masked ? !(p.fwd_ab & 16) : (p.fwd_ab & 1024) != 0;
+    prm.sched_group = grouped ? l2_pair_group(p, kv_bytes, p.heads * p.batch) : 1;
     // Under a mask the tiles differ in length: handed out by a counter (zeroed here, in the
     // launch's stream, so CUDA graphs capture it as a memset node; in gproj mode with the
     // centering workspace, tile_counter_zeroed), unless the caller gave no scratch for it or
     // GPROJ_FWD_AB bit 8 asks for the round robin.
-    const bool masked = p.masked();
-    if (masked && (p.fwd_ab & 16)) prm.sched_group = 1;
-    // Without a mask every tile is as long as the next: one pair at a time, its query tiles on
-    // consecutive blocks (FlashAttention-3's order), so that the ~8 pairs in flight have their K
-    // and V read from DRAM about once, by the first of their 16 tiles (N = 2k, d = 128), and the
-    // rest hit in L2. The groups of pairs (G pairs' K and V in half of L2, the pairs fastest:
-    // GPROJ_FWD_AB bit 1024 restores them) spread a pair's tiles over waves, and between two
-    // waves the streamed Q and O evict much of K and V: ncu at d = 128 N = 2k read 630 MB from
-    // DRAM per call against FlashAttention-3's 259 (Q, K, V, O: 256 MB), and in a power-capped
-    // run that traffic is clock (bench/NOTES.md session 34).
-    if (!masked && !(p.fwd_ab & 1024)) prm.sched_group = 1;
     if (masked && p.tile_counter != 0 && !(p.fwd_ab & 8) && int64_t(grid.x) < tiles) {
       prm.tile_counter = reinterpret_cast<int*>(p.tile_counter);
       if (!p.tile_counter_zeroed || (p.fwd_ab & 128))  // (gproj: zeroed with the centering workspace)

@@ -43,10 +43,10 @@ def _new(shape, dtype, device):
 
 def tile_counter(p, device, zeroed=None) -> Optional[Tensor]:
     """Scratch for the persistent Hopper forward's tile counter (AttnParams::tile_counter), set
-    in ``p`` under a mask (where its query tiles differ in length); the launch zeroes it, unless
-    ``zeroed`` (an int32 already 0 by then: the centering pass's) is taken. The caller keeps the
-    returned tensor alive until the launch is queued."""
-    if p.window_left < 0 and p.window_right < 0:
+    in ``p`` under a mask or in a varlen batch (where its query tiles differ in length); the
+    launch zeroes it, unless ``zeroed`` (an int32 already 0 by then: the centering pass's) is
+    taken. The caller keeps the returned tensor alive until the launch is queued."""
+    if p.window_left < 0 and p.window_right < 0 and not p.cu_seqlens_q:
         return None
     if zeroed is not None:
         p.tile_counter, p.tile_counter_zeroed = zeroed.data_ptr(), 1

@@ -3,7 +3,8 @@ with its start relative to the call's first operation, its duration and the idle
 so that the fixed costs between the centering pre-pass's kernels and the main kernel show.
 The calls are queued back to back (the host stays ahead), and the call shown is the one with the
 median span among `reps`. bf16, B*N = 16k tokens, H*d = 2048 (the bench shapes).
-Usage: python scripts/fwd_timeline.py [d,N[,causal] ...]   (default: 128,2048,causal)
+Usage: python scripts/fwd_timeline.py [d,N[,causal] ...]   (default: 128,2048,causal; N = vM:
+varlen of mean length M, bench/speed.py's lengths)
 GPROJ_FWD_AB is read at every call (e.g. GPROJ_FWD_AB=128: no programmatic launches)."""
 import sys
 
@@ -22,10 +23,10 @@ def short(name, width=60):
 def main():
     reps = 21
     for a in sys.argv[1:] or ["128,2048,causal"]:
-        c = Case.parse(a)
+        c = Case.parse(a, varlen=True)
         for mode in ("fa3", "gproj"):
             def call():
-                forward_cuda(c.q, c.k, c.v, None, None, c.n, c.n, c.scale, -1, c.window_right, mode)
+                forward_cuda(*c.forward_args(), c.scale, -1, c.window_right, mode)
             for _ in range(3):
                 call()
             torch.cuda.synchronize()

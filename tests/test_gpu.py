@@ -607,6 +607,51 @@ def test_schedules_change_no_bit(d, causal, numerics, monkeypatch):
 
 
 @pytest.mark.parametrize("numerics", ["gproj", "fa3"])
+@pytest.mark.parametrize("window", [(-1, -1), (-1, 0), (300, 0)], ids=["full", "causal", "band"])
+@pytest.mark.parametrize("d", HDIMS)
+def test_varlen_persistent_slots_change_no_bit(d, window, numerics, monkeypatch):
+    """Since session 35 the persistent sm90 forward (the default on varlen batches at d = 64 and
+    128; variant 3 at d = 256) runs over the varlen batch's slots (decode_slot: a binary search
+    over cu_seqlens), from the tile counter with or without a mask. GPROJ_FWD_AB bit 4 restores
+    the schedule over every sequence as long as the longest, bit 8 the round robin (over slots);
+    GPROJ_FWD_VARIANT=3 is the one-tile grid d = 128 took before; at d = 256 (whose default here
+    is the one-tile 80-key kernel) the persistent variant 3 is the base, against its one-tile
+    form (variant 8: 64 keys, one-tile blocks). Same tiles, same arithmetic: output and LSE
+    bitwise equal. 70 sequences (the binary search several levels deep) with empty ones, single
+    rows, lengths next to tile multiples and one long sequence; the keys differ in length from
+    the queries."""
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("needs a Hopper GPU")
+    g = torch.Generator(device=DEV).manual_seed(11 * d + window[0] + window[1])
+    lens_q = [0, 1, 127, 128, 129, 191, 192, 193, 3000, 0, 64, 65] + \
+        torch.randint(1, 400, (58,), generator=torch.Generator().manual_seed(d)).tolist()
+    lens_k = [n + (j % 3) * 37 for j, n in enumerate(lens_q)]
+    cu_q = torch.tensor([0] + lens_q, device=DEV).cumsum(0).to(torch.int32)
+    cu_k = torch.tensor([0] + lens_k, device=DEV).cumsum(0).to(torch.int32)
+    q = rand(int(cu_q[-1]), 6, d, g=g, scale=2)
+    k, v = (rand(int(cu_k[-1]), 3, d, g=g) for _ in range(2))
+    base = {"GPROJ_FWD_VARIANT": "3"} if d == 256 else {}
+    envs = [base, {**base, "GPROJ_FWD_AB": "4"}, {**base, "GPROJ_FWD_AB": "8"}]
+    other_kernel = {128: "3", 256: "8"}.get(d)
+    envs += [{"GPROJ_FWD_VARIANT": other_kernel}] if other_kernel else []
+    runs = []
+    for env in envs:
+        for name in ("GPROJ_FWD_AB", "GPROJ_FWD_VARIANT"):
+            monkeypatch.delenv(name, raising=False)
+        for name, val in env.items():
+            monkeypatch.setenv(name, val)
+        o, lse = gproj_cuda.attention_varlen(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k),
+                                             window_size=window, numerics=numerics,
+                                             return_lse=True)
+        runs.append((o, lse))
+    for (o, lse), env in zip(runs[1:], envs[1:]):
+        torch.testing.assert_close(o, runs[0][0], rtol=0, atol=0, msg=lambda m: f"{env}: {m}")
+        torch.testing.assert_close(lse, runs[0][1], rtol=0, atol=0, msg=lambda m: f"{env}: {m}")
+    o = runs[0][0]
+    assert torch.isfinite(o).all() and (o.float().abs().amax(dim=(1, 2)) > 0).all()
+
+
+@pytest.mark.parametrize("numerics", ["gproj", "fa3"])
 @pytest.mark.parametrize("window", [(-1, 0), (300, 0), (-1, 77)], ids=["causal", "band", "right"])
 @pytest.mark.parametrize("d", HDIMS)
 def test_query_tile_shift_and_padding_rows_change_no_bit(d, window, numerics, monkeypatch):

@@ -230,26 +230,35 @@ void forward_impl(const AttnParams& p) {
     // -1.1%, 8k -1.0% / -0.4%, GQA 4k -2.7% / -3.3%, 16k +19% / +18% (GQA +17% / +18%).
     // fa3 mode without a mask from N = 8k: FlashAttention-3's 176-key tiles (variant 9, one-tile
     // blocks), 3-4% faster there (8k -3.1%, 16k -4.0%); slower at 2k-4k (+1-1.5%), with a mask
-    // (+0-11%) and in gproj mode (+0.4% at 8k, and -1.2% at 16k only).
-    // Varlen too: its grid has a tile for every query block of the longest sequence in every
-    // sequence, most of them empty, and the persistent blocks' round robin over them measured
-    // 8-20% slower than one-tile blocks (bench/results/speed.json at ef60507 against 3da9c69,
-    // mean lengths 1k and 4k; bench/NOTES.md session 13 item 9).
+    // (+0-11%) and in gproj mode (+0.4% at 8k, and -1.2% at 16k only). Both modes since session
+    // 35: against the persistent kernel with one (sequence, head) pair at a time (session 34),
+    // interleaved, gproj 8k -0.5%, 16k -3.6% (2k +7%, 4k +3.5%; bench/NOTES.md session 35).
+    // Varlen took one-tile blocks (variant 3) until session 35: the persistent schedule then had
+    // a tile for every query block of the longest sequence in every sequence, most of them empty,
+    // and its round robin over them measured 8-20% slower than one-tile blocks
+    // (bench/results/speed.json at ef60507 against 3da9c69, mean lengths 1k and 4k; bench/NOTES.md
+    // session 13 item 9). Since session 35 it runs over the one-tile grid's slots, from the tile
+    // counter (run_forward, decode_slot).
     // d = 256: FlashAttention-3's 80-key tiles (variant 6, HGMMA 64x80x16 for S, 224 KB of
     // shared memory) from N = 2k on dense batches, against the 64-key default, fa3 / gproj time
     // (interleaved A/B, bench/NOTES.md session 15 item 9): no mask 2k -6.5% / -5.6%, 8k -7.7% /
     // -6.8%; causal 2k -4.1% / -4.8%, 4k -7.0% / -5.6%, 8k -8.0% / -7.3%, 16k -8.2% / -7.3%
     // (again on the build that dispatches here, session 16 item 1: -4 to -10%). Not measured
-    // below 2k nor on varlen batches, which keep 64 keys.
+    // below 2k. Varlen batches since session 35, whose longest sequence has 1k rows or more
+    // (fa3 / gproj time against 64 keys, interleaved, bench/speed.py's batches of mean length 1k
+    // and 4k, bench/NOTES.md session 35: 1k -6.6% / -7.1%, causal -4.0% / -4.7%; 4k -8.3% / -10%,
+    // causal -7.7% / -8.4%).
     if constexpr (D == 256) {
-      if (p.seqlen_q >= 2048 && p.cu_seqlens_q == 0) {
+      if (p.seqlen_q >= (p.cu_seqlens_q != 0 ? 1024 : 2048)) {
         forward_sm90<T, D, 6>(p);
         return;
       }
     }
     if constexpr (D == 128) {
+      // Varlen: persistent over the batch's slots since session 35 (run_forward, decode_slot);
+      // one-tile blocks (variant 3) before.
       if (p.cu_seqlens_q != 0) {
-        forward_sm90<T, D, 3>(p);
+        forward_sm90<T, D, 0>(p);
         return;
       }
       // Under a mask beyond N = 8k: one-tile blocks, since session 31 on 176-key tiles (variant
@@ -259,8 +268,8 @@ void forward_impl(const AttnParams& p) {
         forward_sm90<T, D, 9>(p);
         return;
       }
-      if (!masked && p.seqlen_q >= 8192 && p.numerics == int(Numerics::kFA3)) {
-        sm90::run_forward<T, D, false, 9>(p, p.total_q, p.total_k);
+      if (!masked && p.seqlen_q >= 8192) {
+        forward_sm90<T, D, 9>(p);
         return;
       }
     }

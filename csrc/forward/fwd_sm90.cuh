@@ -129,9 +129,11 @@ struct FwdTraits : Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_, kMmaWarpGroups_>
     alignas(16) typename Pipeline::SharedStorage pipe_k;
     alignas(16) typename Pipeline::SharedStorage pipe_v;
     int4 slot_tile;  // varlen slots (one-tile blocks): {m_block, head, sequence} of this block
-    // Persistent: the schedule index of the tile whose Q goes to buffer i, written by the
-    // producer before it arrives on barrier_q[i] (an index past the schedule: no more tiles).
+    // Persistent: the schedule index of the tile whose Q goes to buffer i and its {m_block,
+    // head, sequence}, written by the producer before it arrives on barrier_q[i] (an index past
+    // the schedule: no more tiles). The consumers take the coordinates as decoded once.
     int tile_of[kQBuffers];
+    int4 coord_of[kQBuffers];
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
 };
@@ -219,6 +221,34 @@ __device__ __forceinline__ TileCoord decode_tile(const Prm& prm, int t, bool lon
   return {longest_first ? num_m - 1 - mi : mi, h, b};
 }
 
+// Persistent over a varlen batch's slots (p.slot_rows = kBlockM, tile.cuh): schedule index t is
+// block t of the one-tile forward's slot grid, in its order (pair after pair, each pair's
+// longest tile first under a causal-like mask: slot_tile), decoded by the producer's one thread
+// with a binary search over cu_seqlens_q (varlen_slot's search needs a whole warp). An empty slot
+// (at most one per sequence and head) decodes to m_block = the sequence's tile count: skipped.
+// Why slots: over num_m_blocks x pairs, every sequence as long as the longest, most tiles of a
+// batch of short sequences are empty, and the persistent schedule measured 8-20% slower than
+// one-tile blocks (bench/NOTES.md session 13); over slots, with the tile counter, faster than
+// both (session 35).
+template <int kBlockM, class Prm>
+__device__ __forceinline__ TileCoord decode_slot(const Prm& prm, int t, bool longest_first) {
+  const AttnParams& p = prm.p;
+  const int* cu = reinterpret_cast<const int*>(p.cu_seqlens_q);
+  int slot, rem;
+  prm.div_heads(slot, rem, t);  // (only the sequence's slot range is found from t / heads)
+  int lo = 0, hi = p.batch;     // the largest b with s(b) = cu[b] / kBlockM + b <= slot
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) >> 1;
+    if (__ldg(cu + mid) / kBlockM + mid <= slot) lo = mid; else hi = mid;
+  }
+  const int start = __ldg(cu + lo), end = __ldg(cu + lo + 1);
+  const int first = start / kBlockM + lo, count = end / kBlockM + lo + 1 - first;
+  const int tiles = (end - start + kBlockM - 1) / kBlockM;
+  const int local = t - p.heads * first, h = local / count, rank = local - h * count;
+  if (rank >= tiles) return {tiles, h, lo};
+  return {longest_first ? tiles - 1 - rank : rank, h, lo};
+}
+
 // The rows [m0, m_end) of query tile m_block in a sequence of nq rows (partial_first).
 template <int kBlockM, int kBlockN, class Prm>
 __device__ __forceinline__ void tile_rows(const Prm& prm, int m_block, int nq, int& m0, int& m_end) {
@@ -290,6 +320,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   const int stride = Traits::kPersistent ? int(gridDim.x) : 1;
   auto tile_at = [&](int t) -> TileCoord {
     if constexpr (Traits::kPersistent) {
+      if (p.slot_rows) return decode_slot<kBlockM>(prm, t, p.window_right >= 0);
       return decode_tile(prm, t, p.window_right >= 0);
     } else {
       if (p.slot_rows) return {ss.slot_tile.x, ss.slot_tile.y, ss.slot_tile.z};
@@ -337,6 +368,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
           // The buffer's previous tile must be done with it (its epilogue reads Q too).
           if (qi >= kQBuf) ss.q_empty[buf].wait((qi / kQBuf - 1) & 1);
           ss.tile_of[buf] = t;
+          ss.coord_of[buf] = make_int4(tc.m_block, tc.h, tc.b, 0);
           if (t >= num_tiles) {  // the end: handed over like a tile, by a plain arrive
             ss.barrier_q[buf].arrive();
             break;
@@ -473,7 +505,13 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         break;
       }
     }
-    const TileCoord tc = tile_at(t);
+    TileCoord tc;
+    if constexpr (Traits::kPersistent) {
+      const int4 c4 = ss.coord_of[buf];
+      tc = {c4.x, c4.y, c4.z};
+    } else {
+      tc = tile_at(t);
+    }
     const int m_block = tc.m_block, h = tc.h, b = tc.b;
     const SeqBounds seq(p, b);
     int m0, m_end;  // the tile's rows
@@ -976,6 +1014,7 @@ void run_forward(const AttnParams& p, int total_q, int total_k) {
   // (session 33 item 6, varlen mean length 2k causal: d = 64 +2%, d = 128 +1.3%).
   prm.partial_first = p.window_right >= 0 && !(p.fwd_ab & 256);
   dim3 grid;
+  int64_t sched_tiles = 0;  // persistent: the schedule's tiles
   prm.sched_group = 1;
   prm.tile_counter = nullptr;
   prm.ragged_first = p.tile_order != 3;
@@ -984,7 +1023,12 @@ void run_forward(const AttnParams& p, int total_q, int total_k) {
   if constexpr (Traits::kPersistent) {  // (the dispatcher's device properties, launch.cu)
     if (p.num_sms <= 0 || p.l2_bytes <= 0)
       throw std::logic_error("persistent sm90 forward: num_sms / l2_bytes unset (launch.cu sets them)");
-    const int64_t tiles = int64_t(prm.num_m_blocks) * p.heads * p.batch;
+    // Varlen: the one-tile grid's slots (decode_slot), unless GPROJ_FWD_AB bit 4 asks for every
+    // sequence as long as the longest (the schedule before session 35).
+    dim3 slots;
+    const bool by_slot = slot_grid(prm.p, Traits::kBlockM, total_q, p.heads, slots);
+    const int64_t tiles = by_slot ? int64_t(slots.x) : int64_t(prm.num_m_blocks) * p.heads * p.batch;
+    sched_tiles = tiles;
     grid = dim3(unsigned(std::min<int64_t>(tiles, p.num_sms)), 1, 1);
     // Under a mask, groups of (sequence, head) pairs scheduled together, their K and V within
     // half of L2, each group's longest tiles first across its pairs (GPROJ_FWD_AB bit 16: one
@@ -999,11 +1043,12 @@ void run_forward(const AttnParams& p, int total_q, int total_k) {
     const bool masked = p.masked();
     const bool grouped = masked ? !(p.fwd_ab & 16) : (p.fwd_ab & 1024) != 0;
     prm.sched_group = grouped ? l2_pair_group(p, kv_bytes, p.heads * p.batch) : 1;
-    // Under a mask the tiles differ in length: handed out by a counter (zeroed here, in the
-    // launch's stream, so CUDA graphs capture it as a memset node; in gproj mode with the
-    // centering workspace, tile_counter_zeroed), unless the caller gave no scratch for it or
-    // GPROJ_FWD_AB bit 8 asks for the round robin.
-    if (masked && p.tile_counter != 0 && !(p.fwd_ab & 8) && int64_t(grid.x) < tiles) {
+    // Under a mask, and in a varlen batch (its sequences differ in length), the tiles differ in
+    // length: handed out by a counter (zeroed here, in the launch's stream, so CUDA graphs
+    // capture it as a memset node; in gproj mode with the centering workspace,
+    // tile_counter_zeroed), unless the caller gave no scratch for it or GPROJ_FWD_AB bit 8 asks
+    // for the round robin.
+    if ((masked || by_slot) && p.tile_counter != 0 && !(p.fwd_ab & 8) && int64_t(grid.x) < tiles) {
       prm.tile_counter = reinterpret_cast<int*>(p.tile_counter);
       if (!p.tile_counter_zeroed || (p.fwd_ab & 128))  // (gproj: zeroed with the centering workspace)
         check_cuda(cudaMemsetAsync(prm.tile_counter, 0, sizeof(int),
@@ -1015,7 +1060,7 @@ void run_forward(const AttnParams& p, int total_q, int total_k) {
   }
   {
     const int pairs = p.heads * p.batch, G = prm.sched_group;
-    prm.num_tiles = prm.num_m_blocks * pairs;
+    prm.num_tiles = Traits::kPersistent && prm.p.slot_rows ? int(sched_tiles) : prm.num_m_blocks * pairs;
     prm.last_group = (pairs - 1) / G;
     prm.div_group_tiles = cutlass::FastDivmod(G * prm.num_m_blocks);
     prm.div_group = cutlass::FastDivmod(G);

@@ -184,13 +184,24 @@ def forward_cuda(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics,
         res = forward_kernel(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics)
     else:
         # exact centering: softmax and gradients unchanged; K' where the pre-pass wrote it (flag
-        # 1), the user's K elsewhere
+        # 1), the user's K elsewhere. The pre-pass (lazy, center_keys_cuda's) and the forward
+        # from one set of params, and the pass's workspace, the forward's tile counter and the
+        # lazy flags in one allocation: gproj's host path per call is what sets the time of
+        # short calls (bench/NOTES.md session 35).
         q, k, v = _kernel_ready(q), _kernel_ready(k), _kernel_ready(v)
-        flags = torch.empty(_k_shift_shape(k, cu_k)[:2], dtype=torch.int32, device=k.device)
-        kc, shift, counter = center_keys_cuda(k, cu_k, max_k, flags=flags, counter=True)
-        res = forward_kernel(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics,
-                             k_shift=shift, k_centered=kc, center_flags=flags,
-                             zeroed_counter=counter)
+        p = _params(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics)
+        shape = _k_shift_shape(k, cu_k)
+        pairs = shape[0] * shape[1]
+        # the ranges (2 x shape), four spare words (zeroed by the pass: the counter), the flags
+        work = torch.empty(2 * pairs * shape[2] + 4 + pairs, dtype=torch.int32, device=k.device)
+        kc = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+        shift = torch.empty(shape, dtype=k.dtype, device=k.device)
+        p.center_workspace = work.data_ptr()
+        p.k_centered, p.kc_stride = kc.data_ptr(), _strides3(kc, cu_k is not None)
+        p.k_shift = shift.data_ptr()
+        p.k_center_flags = work.data_ptr() + 4 * (2 * pairs * shape[2] + 4)
+        _ext.extension().center_keys(p)
+        res = _launch_forward(p, q, cu_q is not None, zeroed_counter=work[-pairs - 4:-pairs - 3])
     return res + (shift,) if return_k_shift else res
 
 
@@ -204,19 +215,25 @@ def forward_kernel(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics, k
     so that the forward directly follows the pre-pass's kernel (its programmatic dependent).
     Returns (out, lse, stats)."""
     varlen = cu_q is not None
-    rs = _rowstat_shape(q, varlen, q.shape[-2])
-    out = _new(q.shape, q.dtype, q.device)
-    lse = _new(rs, torch.float32, q.device)
-    stats = _new(rs + (2,), torch.float32, q.device)
     p = _params(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics)
-    p.out, p.o_stride = out.data_ptr(), _strides3(out, varlen)
-    p.lse, p.stats = lse.data_ptr(), stats.data_ptr()
     if k_shift is not None:
         p.k_shift = k_shift.data_ptr()
     if k_centered is not None:
         p.k_centered, p.kc_stride = k_centered.data_ptr(), _strides3(k_centered, varlen)
     if center_flags is not None:
         p.k_center_flags = center_flags.data_ptr()
+    return _launch_forward(p, q, varlen, zeroed_counter)
+
+
+def _launch_forward(p, q, varlen, zeroed_counter=None):
+    """The forward kernel on params ``p`` (inputs and keys set): allocates out, lse and the row
+    statistics, sets the tile counter (``forward_kernel``'s ``zeroed_counter``), launches."""
+    rs = _rowstat_shape(q, varlen, q.shape[-2])
+    out = _new(q.shape, q.dtype, q.device)
+    lse = _new(rs, torch.float32, q.device)
+    stats = _new(rs + (2,), torch.float32, q.device)
+    p.out, p.o_stride = out.data_ptr(), _strides3(out, varlen)
+    p.lse, p.stats = lse.data_ptr(), stats.data_ptr()
     counter = tile_counter(p, q.device, zeroed_counter)  # noqa: F841 (alive until queued)
     _ext.extension().forward(p)
     return out, lse, stats

@@ -216,7 +216,15 @@ int run_center_keys(const AttnParams& p, char* err, size_t err_len) {
     if (p.k_center_flags && !p.k_centered) fail("k_center_flags without k_centered");
     require_ptr(p.k_shift, "k_shift");
     if (!p.k_shift_given) require_ptr(p.center_workspace, "center_workspace");
-    const AttnParams q = dispatched(p);  // (GPROJ_FWD_AB bit 4: the varlen grid)
+    // The pass sees the keys' side only: a forward's params (gproj's forward passes its own, so
+    // that the host builds one set per call) read as keys of heads_k heads; params built for
+    // the keys alone (heads = heads_k, cu_seqlens_q = cu_seqlens_k) are unchanged by this.
+    AttnParams kv = p;
+    kv.heads = p.heads_k;
+    kv.cu_seqlens_q = p.cu_seqlens_k;
+    kv.seqlen_q = p.seqlen_k;
+    kv.total_q = p.total_k;
+    const AttnParams q = dispatched(kv);  // (GPROJ_FWD_AB bit 4: the varlen grid)
     dispatch(q, [&](auto t, auto d) {
       using T = decltype(t);
       constexpr int D = decltype(d)::value;

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import torch
-
-from . import ops  # noqa: F401  (registers torch.ops.gproj.*)
+from . import ops  # (also registers torch.ops.gproj.*)
 from .validation import (check_batch_limits, check_cu_seqlens, check_numerics, check_qkv,
                          check_scale, check_window)
 
@@ -35,8 +33,8 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1)
     left, right = check_window(causal, window_size)
     scale = check_scale(softmax_scale, q.shape[-1])
     check_batch_limits(q.shape[0], q.shape[2])
-    out, lse, *_ = torch.ops.gproj.attention(q, k, v, None, None, q.shape[1], k.shape[1], scale,
-                                             left, right, numerics, bool(deterministic))
+    out, lse, *_ = ops.call_attention(q, k, v, None, None, q.shape[1], k.shape[1], scale, left,
+                                      right, numerics, deterministic)
     return (out, lse) if return_lse else out
 
 
@@ -58,9 +56,9 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     check_cu_seqlens(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0], max_seqlen_q,
                      max_seqlen_k, q.device)
     check_batch_limits(cu_seqlens_q.shape[0] - 1, q.shape[1])
-    out, lse, *_ = torch.ops.gproj.attention(q, k, v, cu_seqlens_q, cu_seqlens_k,
-                                             int(max_seqlen_q), int(max_seqlen_k), scale, left,
-                                             right, numerics, bool(deterministic))
+    out, lse, *_ = ops.call_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
+                                      int(max_seqlen_k), scale, left, right, numerics,
+                                      deterministic)
     return (out, lse) if return_lse else out
 
 

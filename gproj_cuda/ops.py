@@ -12,6 +12,13 @@ loses an ulp of a large number, which scales a whole row of P); and ``k_shift``:
 CUDA the exact key shift c (K's dtype, (sequences, heads_k, d)) the forward's centering pre-pass
 found, so that the backward writes K' = K - c without reading K for its range again (~25-30 us
 per call at 16k tokens); elsewhere an empty tensor.
+
+``call_attention`` is what the user API calls: the op under ``torch.compile``, fake tensors,
+dispatch modes and tensor subclasses; in plain eager mode the same bodies through a
+``torch.autograd.Function`` (or, without grad, directly), since a Python custom op's dispatch
+and autograd wrapper cost ~15 us without grad and ~60 us with it per call on a development CPU,
+against ~20 for the Function (bench/NOTES.md session 35): host time that sets the pace of short
+calls.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from typing import Optional
 
 import torch
 from torch import Tensor
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from . import _ext
 from .reference import emulate_backward, emulate_forward
@@ -400,6 +408,13 @@ def attention(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor],
     """Attention forward. Returns (out, lse, stats, k_shift); see the module docstring.
     ``deterministic`` only travels to the backward (which then never takes a path with
     atomics)."""
+    return _attention_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                              softmax_scale, window_left, window_right, numerics)
+
+
+def _attention_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                       softmax_scale, window_left, window_right, numerics):
+    """The forward op's body (also ``call_attention``'s eager path)."""
     if q.device.type == "cpu":
         # The emulator's fp32 steps are part of the arithmetic it reproduces: a caller's autocast
         # region must not turn them into BF16 matmuls.
@@ -443,6 +458,15 @@ def attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tenso
     in varying order (fa3 mode; gproj's GPROJ_BWD_VARIANT=4); gproj's default Hopper backward
     has a fixed order and stays on. ``k_shift``: the forward op's fourth output (empty or None:
     the backward finds the shift itself)."""
+    return _attention_backward(dout, q, k, v, out, stats, cu_seqlens_q, cu_seqlens_k,
+                               max_seqlen_q, max_seqlen_k, softmax_scale, window_left,
+                               window_right, numerics, deterministic, k_shift)
+
+
+def _attention_backward(dout, q, k, v, out, stats, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                        max_seqlen_k, softmax_scale, window_left, window_right, numerics,
+                        deterministic=False, k_shift=None):
+    """The backward op's body (also ``call_attention``'s eager path)."""
     if q.device.type == "cpu":
         with torch.autocast("cpu", enabled=False):
             return emulate_backward(dout, q, k, v, out, stats, numerics=numerics,
@@ -480,3 +504,54 @@ def _backward(ctx, dout, _dlse, _dstats, _dshift):
 
 
 attention.register_autograd(_backward, setup_context=_setup_context)
+
+
+# --------------------------------------------------------------------------------------------
+# The user API's entry: the op, or in plain eager mode the same bodies without its dispatch
+# --------------------------------------------------------------------------------------------
+
+# False: every call through torch.ops.gproj.attention (tests compare the two paths).
+EAGER_FAST_PATH = True
+
+
+class _AttentionFunction(torch.autograd.Function):
+    """The ops' forward and backward bodies as an autograd Function: what the op's autograd
+    registration does (``_setup_context``, ``_backward``), without the dispatcher."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics, deterministic):
+        out, lse, stats, k_shift = _attention_forward(q, k, v, cu_q, cu_k, max_q, max_k, scale,
+                                                      wl, wr, numerics)
+        ctx.save_for_backward(q, k, v, out, stats, cu_q, cu_k, k_shift)
+        ctx.args = (max_q, max_k, scale, wl, wr, numerics, deterministic)
+        ctx.mark_non_differentiable(lse, stats, k_shift)
+        return out, lse, stats, k_shift
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dout, _dlse, _dstats, _dshift):
+        q, k, v, out, stats, cu_q, cu_k, k_shift = ctx.saved_tensors
+        dq, dk, dv = _attention_backward(dout, q, k, v, out, stats, cu_q, cu_k, *ctx.args,
+                                         k_shift)
+        return dq, dk, dv, None, None, None, None, None, None, None, None, None
+
+
+def _plain_eager(q: Tensor, k: Tensor, v: Tensor) -> bool:
+    """Whether a call may skip the op: not under torch.compile, no Python dispatch mode (fake
+    tensors, flop counters, selective checkpointing, ...), no functorch transform, and plain
+    CPU or CUDA tensors (not subclasses)."""
+    return (EAGER_FAST_PATH and type(q) is Tensor and type(k) is Tensor and type(v) is Tensor
+            and q.device.type in ("cuda", "cpu") and not torch.compiler.is_compiling()
+            and _get_current_dispatch_mode() is None
+            and not torch._C._are_functorch_transforms_active())
+
+
+def call_attention(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics, deterministic):
+    """(out, lse, stats, k_shift) as ``torch.ops.gproj.attention`` returns them, with autograd,
+    by the cheapest path that keeps its semantics (module docstring)."""
+    args = (q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics, bool(deterministic))
+    if not _plain_eager(q, k, v):
+        return torch.ops.gproj.attention(*args)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return _AttentionFunction.apply(*args)
+    return _attention_forward(*args[:11])

@@ -101,3 +101,71 @@ def test_cpu_op_ignores_callers_autocast():
         outs.append((o, qr.grad, kr.grad, vr.grad))
     for a, b in zip(*outs):
         assert torch.equal(a, b)
+
+
+def _grad_fn_name(t):
+    return type(t.grad_fn).__name__ if t.grad_fn is not None else None
+
+
+def test_eager_path_equals_the_op(monkeypatch):
+    """In plain eager mode the user API skips the custom op's dispatch (ops.call_attention:
+    the op's bodies through an autograd Function, or directly without grad). Outputs, LSE and
+    gradients are bitwise those of the op path (ops.EAGER_FAST_PATH = False), dense and varlen,
+    both numerics, with and without a mask, GQA; the eager path is the one taken (its grad_fn)."""
+    from gproj_cuda import ops
+    g = torch.Generator().manual_seed(5)
+    cu = torch.tensor([0, 30, 31, 75], dtype=torch.int32)
+    for numerics in ("gproj", "fa3"):
+        for varlen in (False, True):
+            if varlen:
+                q = torch.randn(75, 4, 64, generator=g).bfloat16()
+                k, v = (torch.randn(75, 2, 64, generator=g).bfloat16() for _ in range(2))
+            else:
+                q = torch.randn(2, 37, 4, 64, generator=g).bfloat16()
+                k, v = (torch.randn(2, 41, 2, 64, generator=g).bfloat16() for _ in range(2))
+            k = (k.float() + 20).bfloat16()  # (a key offset: the centering has work to do)
+            do = torch.randn_like(q)
+            runs = {}
+            for fast in (True, False):
+                monkeypatch.setattr(ops, "EAGER_FAST_PATH", fast)
+                qr, kr, vr = (t.clone().requires_grad_() for t in (q, k, v))
+                if varlen:
+                    o, lse = gproj_cuda.attention_varlen(qr, kr, vr, cu, cu, 44, 44, causal=True,
+                                                         numerics=numerics, return_lse=True)
+                else:
+                    o, lse = gproj_cuda.attention(qr, kr, vr, window_size=(9, 3),
+                                                  numerics=numerics, return_lse=True)
+                name = _grad_fn_name(o)
+                grads = torch.autograd.grad(o, (qr, kr, vr), do)
+                with torch.no_grad():
+                    o_ng = (gproj_cuda.attention_varlen(q, k, v, cu, cu, 44, 44, causal=True,
+                                                        numerics=numerics) if varlen else
+                            gproj_cuda.attention(q, k, v, window_size=(9, 3), numerics=numerics))
+                runs[fast] = (name, (o, lse, o_ng) + grads)
+            assert runs[True][0] == "_AttentionFunctionBackward" != runs[False][0]
+            for a, b in zip(runs[True][1], runs[False][1]):
+                assert torch.equal(a, b)
+
+
+def test_eager_path_leaves_fake_tensors_and_compile_to_the_op():
+    """Under a dispatch mode (here fake tensors) the API goes through the op, whose fake
+    implementation gives the shapes; under torch.compile likewise (the compiled graph holds the
+    op: test_torch_compile_fullgraph_cpu checks its values)."""
+    from gproj_cuda import ops
+    with FakeTensorMode():
+        q = torch.empty(2, 100, 8, 128, dtype=torch.bfloat16)
+        k = torch.empty(2, 90, 2, 128, dtype=torch.bfloat16)
+        assert not ops._plain_eager(q, k, k)
+        out, lse = gproj_cuda.attention(q, k, k, causal=True, return_lse=True)
+        assert out.shape == q.shape and lse.shape == (2, 8, 100)
+    q = torch.randn(1, 16, 2, 64).bfloat16()
+    assert ops._plain_eager(q, q, q)
+
+    seen = []
+
+    def f(q):
+        seen.append(ops._plain_eager(q, q, q))
+        return gproj_cuda.attention(q, q, q).float().sum()
+
+    torch.compile(f, fullgraph=True, backend="aot_eager")(q)
+    assert seen and not any(seen)

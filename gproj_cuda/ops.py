@@ -537,12 +537,12 @@ class _AttentionFunction(torch.autograd.Function):
 
 
 def _plain_eager(q: Tensor, k: Tensor, v: Tensor) -> bool:
-    """Whether a call may skip the op: not under torch.compile, no Python dispatch mode (fake
-    tensors, flop counters, selective checkpointing, ...), no functorch transform, and plain
-    CPU or CUDA tensors (not subclasses)."""
+    """Whether a call may skip the op: not under torch.compile or torch.jit tracing (both must
+    see the op), no Python dispatch mode (fake tensors, flop counters, selective checkpointing,
+    ...), no functorch transform, and plain CPU or CUDA tensors (not subclasses)."""
     return (EAGER_FAST_PATH and type(q) is Tensor and type(k) is Tensor and type(v) is Tensor
             and q.device.type in ("cuda", "cpu") and not torch.compiler.is_compiling()
-            and _get_current_dispatch_mode() is None
+            and not torch.jit.is_tracing() and _get_current_dispatch_mode() is None
             and not torch._C._are_functorch_transforms_active())
 
 

@@ -149,8 +149,9 @@ def test_eager_path_equals_the_op(monkeypatch):
 
 def test_eager_path_leaves_fake_tensors_and_compile_to_the_op():
     """Under a dispatch mode (here fake tensors) the API goes through the op, whose fake
-    implementation gives the shapes; under torch.compile likewise (the compiled graph holds the
-    op: test_torch_compile_fullgraph_cpu checks its values)."""
+    implementation gives the shapes; under torch.compile and torch.jit.trace likewise (the
+    compiled graph holds the op: test_torch_compile_fullgraph_cpu checks its values; the trace
+    replays it)."""
     from gproj_cuda import ops
     with FakeTensorMode():
         q = torch.empty(2, 100, 8, 128, dtype=torch.bfloat16)
@@ -169,3 +170,6 @@ def test_eager_path_leaves_fake_tensors_and_compile_to_the_op():
 
     torch.compile(f, fullgraph=True, backend="aot_eager")(q)
     assert seen and not any(seen)
+    seen.clear()
+    traced = torch.jit.trace(f, (q,), check_trace=False)
+    assert seen == [False] and torch.equal(traced(q), f(q))

@@ -155,10 +155,11 @@ def center_keys_cuda(k, cu_k, max_k, shift_only=False, flags=None, shift=None, a
     if flags is not None:
         assert flags.shape == (nseq, k.shape[-2]) and flags.dtype == torch.int32
         p.k_center_flags = flags.data_ptr()
-    p.batch, p.heads_k, p.heads, p.head_dim = nseq, k.shape[-2], k.shape[-2], k.shape[-1]
+    # (the pass reads the keys' side: heads_k, cu_seqlens_k, ...; run_center_keys)
+    p.batch, p.heads_k, p.head_dim = nseq, k.shape[-2], k.shape[-1]
     p.seqlen_k = max_k if varlen else k.shape[1]
     if varlen:
-        p.cu_seqlens_q = p.cu_seqlens_k = cu_k.data_ptr()
+        p.cu_seqlens_k = cu_k.data_ptr()
         p.total_k = k.shape[0]
     p.dtype = 0 if k.dtype == torch.bfloat16 else 1
     p.device = k.device.index
@@ -496,11 +497,16 @@ def _setup_context(ctx, inputs, output):
     ctx.mark_non_differentiable(lse, stats, k_shift)
 
 
-def _backward(ctx, dout, _dlse, _dstats, _dshift):
+def _input_grads(ctx, dout, run_backward):
+    """The forward's input gradients from what _setup_context saved, by ``run_backward`` (the
+    backward op, or its body in the eager path)."""
     q, k, v, out, stats, cu_q, cu_k, k_shift = ctx.saved_tensors
-    dq, dk, dv = torch.ops.gproj.attention_backward(dout, q, k, v, out, stats, cu_q, cu_k,
-                                                    *ctx.args, k_shift)
+    dq, dk, dv = run_backward(dout, q, k, v, out, stats, cu_q, cu_k, *ctx.args, k_shift)
     return dq, dk, dv, None, None, None, None, None, None, None, None, None
+
+
+def _backward(ctx, dout, _dlse, _dstats, _dshift):
+    return _input_grads(ctx, dout, torch.ops.gproj.attention_backward)
 
 
 attention.register_autograd(_backward, setup_context=_setup_context)
@@ -519,21 +525,15 @@ class _AttentionFunction(torch.autograd.Function):
     registration does (``_setup_context``, ``_backward``), without the dispatcher."""
 
     @staticmethod
-    def forward(ctx, q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics, deterministic):
-        out, lse, stats, k_shift = _attention_forward(q, k, v, cu_q, cu_k, max_q, max_k, scale,
-                                                      wl, wr, numerics)
-        ctx.save_for_backward(q, k, v, out, stats, cu_q, cu_k, k_shift)
-        ctx.args = (max_q, max_k, scale, wl, wr, numerics, deterministic)
-        ctx.mark_non_differentiable(lse, stats, k_shift)
-        return out, lse, stats, k_shift
+    def forward(ctx, *inputs):  # (the forward op's 12 arguments)
+        output = _attention_forward(*inputs[:11])
+        _setup_context(ctx, inputs, output)
+        return output
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, dout, _dlse, _dstats, _dshift):
-        q, k, v, out, stats, cu_q, cu_k, k_shift = ctx.saved_tensors
-        dq, dk, dv = _attention_backward(dout, q, k, v, out, stats, cu_q, cu_k, *ctx.args,
-                                         k_shift)
-        return dq, dk, dv, None, None, None, None, None, None, None, None, None
+        return _input_grads(ctx, dout, _attention_backward)
 
 
 def _plain_eager(q: Tensor, k: Tensor, v: Tensor) -> bool:

@@ -23,6 +23,7 @@ calls.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from typing import Optional
@@ -39,14 +40,50 @@ _NUMERICS_CODE = {"gproj": 0, "fa3": 1}
 
 def _poison() -> bool:
     # Tests set GPROJ_DEBUG_POISON=1: outputs start as NaN so an element a kernel fails to write
-    # cannot pass for a result.
+    # cannot pass for a result. (Read once per forward or backward call, not per tensor: an
+    # environment lookup costs ~1-2 us on the GPU machine's host.)
     return os.environ.get("GPROJ_DEBUG_POISON") == "1"
 
 
-def _new(shape, dtype, device):
-    if _poison():
+def _new(shape, dtype, device, poison=False):
+    if poison:
         return torch.full(shape, float("nan"), dtype=dtype, device=device)
     return torch.empty(shape, dtype=dtype, device=device)
+
+
+# The host path of one call is what sets the pace of short calls (B = 1, N = 256: ~40-70 us of
+# host time per forward against a few us of GPU time; bench/NOTES.md session 36), so the per-call
+# lookups below are the cheap forms, each measured on the GPU machine's host:
+# torch.cuda.current_stream(device).cuda_stream costs ~8.6 us (a Stream object built per call),
+# the raw handle ~0.5; a device's availability and compute capability do not change while the
+# process runs.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def _stream(device: torch.device) -> int:
+    """The current CUDA stream's handle on ``device`` (a CUDA device with an index)."""
+    if _raw_stream is not None:
+        return _raw_stream(device.index)
+    return torch.cuda.current_stream(device).cuda_stream
+
+
+_ready_devices: set = set()
+
+
+def _check_device(device: torch.device) -> None:
+    """A RuntimeError naming why the kernels cannot run on ``device``; once they can, not asked
+    again."""
+    if device.index in _ready_devices:
+        return
+    reason = _ext.unavailable_reason(device.index)
+    if reason is not None:
+        raise RuntimeError(f"gproj_cuda cannot run on {device}: {reason}")
+    _ready_devices.add(device.index)
+
+
+@functools.lru_cache(maxsize=None)
+def _capability_major(index: int) -> int:
+    return torch.cuda.get_device_capability(index)[0]
 
 
 def tile_counter(p, device, zeroed=None) -> Optional[Tensor]:
@@ -70,7 +107,10 @@ def _rowstat_shape(q: Tensor, varlen: bool, heads: int):
 
 def _kernel_ready(t: Tensor) -> Tensor:
     """The kernels read 16-byte chunks: rows, heads and batches must start 16-byte aligned."""
-    if t.data_ptr() % 16 == 0 and all(s % 8 == 0 for s in t.stride()[:-1]) and t.stride(-1) == 1:
+    ptr_ok = t.data_ptr() % 16 == 0
+    if ptr_ok and t.is_contiguous():  # (the head dims are multiples of 8: every stride is)
+        return t
+    if ptr_ok and all(s % 8 == 0 for s in t.stride()[:-1]) and t.stride(-1) == 1:
         return t
     return t.contiguous()
 
@@ -82,9 +122,7 @@ def _strides3(t: Tensor, varlen: bool):
 
 def _params(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics):
     C = _ext.extension()
-    reason = _ext.unavailable_reason(q.device.index)
-    if reason is not None:
-        raise RuntimeError(f"gproj_cuda cannot run on {q.device}: {reason}")
+    _check_device(q.device)
     varlen = cu_q is not None
     p = C.Params()
     p.q, p.k, p.v = q.data_ptr(), k.data_ptr(), v.data_ptr()
@@ -104,7 +142,7 @@ def _params(q, k, v, cu_q, cu_k, max_q, max_k, scale, wl, wr, numerics):
     p.dtype = 0 if q.dtype == torch.bfloat16 else 1
     p.numerics = _NUMERICS_CODE[numerics]
     p.device = q.device.index
-    p.stream = torch.cuda.current_stream(q.device).cuda_stream
+    p.stream = _stream(q.device)
     return p
 
 
@@ -163,7 +201,7 @@ def center_keys_cuda(k, cu_k, max_k, shift_only=False, flags=None, shift=None, a
         p.total_k = k.shape[0]
     p.dtype = 0 if k.dtype == torch.bfloat16 else 1
     p.device = k.device.index
-    p.stream = torch.cuda.current_stream(k.device).cuda_stream
+    p.stream = _stream(k.device)
     C.center_keys(p)
     if counter:
         return kc, shift, work[-4:-3]
@@ -238,9 +276,10 @@ def _launch_forward(p, q, varlen, zeroed_counter=None):
     """The forward kernel on params ``p`` (inputs and keys set): allocates out, lse and the row
     statistics, sets the tile counter (``forward_kernel``'s ``zeroed_counter``), launches."""
     rs = _rowstat_shape(q, varlen, q.shape[-2])
-    out = _new(q.shape, q.dtype, q.device)
-    lse = _new(rs, torch.float32, q.device)
-    stats = _new(rs + (2,), torch.float32, q.device)
+    poison = _poison()
+    out = _new(q.shape, q.dtype, q.device, poison)
+    lse = _new(rs, torch.float32, q.device, poison)
+    stats = _new(rs + (2,), torch.float32, q.device, poison)
     p.out, p.o_stride = out.data_ptr(), _strides3(out, varlen)
     p.lse, p.stats = lse.data_ptr(), stats.data_ptr()
     counter = tile_counter(p, q.device, zeroed_counter)  # noqa: F841 (alive until queued)
@@ -259,7 +298,7 @@ def _hopper_backward(q: Tensor, numerics: str, hopper: Optional[bool]) -> bool:
         hopper = os.environ.get("GPROJ_HOPPER_BWD", "1") != "0"
     covered = (numerics == "fa3" or q.dtype == torch.bfloat16) and q.shape[-1] in (64, 128, 256)
     return (hopper and covered
-            and torch.cuda.get_device_capability(q.device)[0] == 9)
+            and _capability_major(q.device.index) == 9)
 
 
 def _reduce_adds_dq(numerics: str, d: int = 128) -> bool:
@@ -289,9 +328,10 @@ def backward_cuda(dout, q, k, v, out, stats, cu_q, cu_k, max_q, max_k, scale, wl
     for bit. ``k_shift`` (gproj): the forward's key shift (``forward_cuda(...,
     return_k_shift=True)``), which spares the centering its range pass over K."""
     varlen = cu_q is not None
-    dq = _new(q.shape, q.dtype, q.device)
-    dk = _new(k.shape, k.dtype, k.device)
-    dv = _new(v.shape, v.dtype, v.device)
+    poison = _poison()
+    dq = _new(q.shape, q.dtype, q.device, poison)
+    dk = _new(k.shape, k.dtype, k.device, poison)
+    dv = _new(v.shape, v.dtype, v.device, poison)
     if _empty_problem(q, k):
         for t in (dq, dk, dv):
             t.zero_()
@@ -346,7 +386,7 @@ def backward_cuda(dout, q, k, v, out, stats, cu_q, cu_k, max_q, max_k, scale, wl
             # (zero-filled by the pre-pass that reads the same rows first: the delta kernel in
             # fa3 mode, the λ pre-pass in gproj mode)
             n_acc = p.heads * tiles * 64 * p.head_dim
-            dq_accum = _new((n_acc,), torch.float32, q.device)
+            dq_accum = _new((n_acc,), torch.float32, q.device, poison)
             p.dq_accum = dq_accum.data_ptr()
         if numerics == "gproj":
             p.k_centered, p.kc_stride = k_centered.data_ptr(), _strides3(k_centered, varlen)

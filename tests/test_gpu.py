@@ -614,9 +614,10 @@ def test_varlen_persistent_slots_change_no_bit(d, window, numerics, monkeypatch)
     128; variant 3 at d = 256) runs over the varlen batch's slots (decode_slot: a binary search
     over cu_seqlens), from the tile counter with or without a mask. GPROJ_FWD_AB bit 4 restores
     the schedule over every sequence as long as the longest, bit 8 the round robin (over slots);
-    GPROJ_FWD_VARIANT=3 is the one-tile grid d = 128 took before; at d = 256 (whose default here
-    is the one-tile 80-key kernel) the persistent variant 3 is the base, against its one-tile
-    form (variant 8: 64 keys, one-tile blocks). Same tiles, same arithmetic: output and LSE
+    GPROJ_FWD_VARIANT=3 is the one-tile grid d = 128 took before; at d = 256 the persistent
+    64-key variant 3 is the base, against its one-tile form (variant 8: 64 keys, one-tile blocks;
+    d = 256's default since session 36, persistent on 80-key tiles, has its own test:
+    test_d256_persistent_o_through_v_changes_no_bit). Same tiles, same arithmetic: output and LSE
     bitwise equal. 70 sequences (the binary search several levels deep) with empty ones, single
     rows, lengths next to tile multiples and one long sequence; the keys differ in length from
     the queries."""
@@ -649,6 +650,50 @@ def test_varlen_persistent_slots_change_no_bit(d, window, numerics, monkeypatch)
         torch.testing.assert_close(lse, runs[0][1], rtol=0, atol=0, msg=lambda m: f"{env}: {m}")
     o = runs[0][0]
     assert torch.isfinite(o).all() and (o.float().abs().amax(dim=(1, 2)) > 0).all()
+
+
+@pytest.mark.parametrize("variant", ["7", "12"], ids=["no-pingpong", "pingpong"])
+@pytest.mark.parametrize("numerics", ["gproj", "fa3"])
+@pytest.mark.parametrize("window", [(-1, -1), (-1, 0), (300, 0)], ids=["full", "causal", "band"])
+def test_d256_persistent_o_through_v_changes_no_bit(window, numerics, variant, monkeypatch):
+    """GPROJ_FWD_VARIANT=12 at d = 256 (session 36): variant 6's 80-key kernel made persistent
+    (variant 7: also without pingpong, FlashAttention-3's d = 256 configuration),
+    with O staged in the V stages so that each tile hands its one Q buffer back after its last S
+    GEMM (FwdTraits::kOThroughV; the producer holds the next tile's first V until O's stores have
+    read the stages). Same tiles, same arithmetic as the one-tile kernel: output and LSE bitwise
+    variant 6's, on a dense batch of 264 query tiles (two to three per block, partial last tiles,
+    keys with an offset) and on a varlen batch with empty sequences and single rows (tiles
+    without keys hand their buffer over without a load)."""
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("needs a Hopper GPU")
+    d = 256
+    g = torch.Generator(device=DEV).manual_seed(3 + window[0] + window[1])
+    lens_q = [0, 1, 127, 128, 129, 3000, 0, 80, 81] + \
+        torch.randint(1, 700, (31,), generator=torch.Generator().manual_seed(36)).tolist()
+    lens_k = [n + (j % 3) * 37 for j, n in enumerate(lens_q)]
+    cu_q = torch.tensor([0] + lens_q, device=DEV).cumsum(0).to(torch.int32)
+    cu_k = torch.tensor([0] + lens_k, device=DEV).cumsum(0).to(torch.int32)
+    problems = [
+        (rand(2, 4100, 4, d, g=g, scale=2), rand(2, 4100, 2, d, g=g) + 2, rand(2, 4100, 2, d, g=g),
+         None),
+        (rand(int(cu_q[-1]), 4, d, g=g, scale=2), rand(int(cu_k[-1]), 2, d, g=g) + 2,
+         rand(int(cu_k[-1]), 2, d, g=g), (cu_q, cu_k)),
+    ]
+    for q, k, v, cu in problems:
+        runs = []
+        for var in ("6", variant):
+            monkeypatch.setenv("GPROJ_FWD_VARIANT", var)
+            if cu is None:
+                runs.append(gproj_cuda.attention(q, k, v, window_size=window, numerics=numerics,
+                                                 return_lse=True))
+            else:
+                runs.append(gproj_cuda.attention_varlen(
+                    q, k, v, cu[0], cu[1], max(lens_q), max(lens_k), window_size=window,
+                    numerics=numerics, return_lse=True))
+        (o6, lse6), (o12, lse12) = runs
+        assert torch.isfinite(o6).all() and o6.abs().max() > 0
+        torch.testing.assert_close(o12, o6, rtol=0, atol=0)
+        torch.testing.assert_close(lse12, lse6, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("numerics", ["gproj", "fa3"])

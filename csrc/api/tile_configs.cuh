@@ -185,9 +185,13 @@ void forward_impl(const AttnParams& p) {
         if constexpr (std::is_same_v<T, bf16>) { forward_sm90<T, D, 11>(p); return; }
         break;
       // d = 64: the two-warpgroup kernel with P.V waited for after the softmax, the form before
-      // session 32 (FwdTiles); bf16 only (else the default).
+      // session 32 (FwdTiles); d = 256: variant 6's 80-key kernel persistent, O staged in the V
+      // stages (FwdTraits::kOThroughV); bf16 only (else the default).
       case 12:
-        if constexpr (std::is_same_v<T, bf16> && D == 64) { forward_sm90<T, D, 12>(p); return; }
+        if constexpr (std::is_same_v<T, bf16> && (D == 64 || D == 256)) {
+          forward_sm90<T, D, 12>(p);
+          return;
+        }
         break;
       default: break;
     }
@@ -239,20 +243,22 @@ void forward_impl(const AttnParams& p) {
     // (bench/results/speed.json at ef60507 against 3da9c69, mean lengths 1k and 4k; bench/NOTES.md
     // session 13 item 9). Since session 35 it runs over the one-tile grid's slots, from the tile
     // counter (run_forward, decode_slot).
-    // d = 256: FlashAttention-3's 80-key tiles (variant 6, HGMMA 64x80x16 for S, 224 KB of
-    // shared memory) from N = 2k on dense batches, against the 64-key default, fa3 / gproj time
-    // (interleaved A/B, bench/NOTES.md session 15 item 9): no mask 2k -6.5% / -5.6%, 8k -7.7% /
-    // -6.8%; causal 2k -4.1% / -4.8%, 4k -7.0% / -5.6%, 8k -8.0% / -7.3%, 16k -8.2% / -7.3%
-    // (again on the build that dispatches here, session 16 item 1: -4 to -10%). Not measured
-    // below 2k. Varlen batches since session 35, whose longest sequence has 1k rows or more
-    // (fa3 / gproj time against 64 keys, interleaved, bench/speed.py's batches of mean length 1k
-    // and 4k, bench/NOTES.md session 35: 1k -6.6% / -7.1%, causal -4.0% / -4.7%; 4k -8.3% / -10%,
-    // causal -7.7% / -8.4%).
+    // d = 256: FlashAttention-3's 80-key tiles (HGMMA 64x80x16 for S, 224 KB of shared memory)
+    // and its d = 256 schedule since session 36 (variant 7): persistent, O staged in the V stages
+    // so that the next tile's Q loads under this tile's end (FwdTraits::kOThroughV), and no
+    // pingpong between the two consumer warpgroups (FlashAttention-3 has no scheduler barrier
+    // above d = 128). Interleaved A/B against the session-35 default (bench/NOTES.md session 36),
+    // fa3 / gproj time: dense from 2k against variant 6 (one-tile, pingpong) 2k -3.3 / -1.2%,
+    // causal -5.0 / -4.3%, 4k -2.0 / -0.4%, causal -3.5 / -1.9%, 8k -2.1 / 0%, causal -1.3 /
+    // -0.4%, 16k -0.8 / +0.3%, causal -1.6 / -0.3%; below 2k against the 64-key one-tile kernel
+    // 1k -9 / -7%, causal -8 / -8.5%, 512 -6 / -5%, causal -11 / -10%; varlen (bench/speed.py's
+    // batches, longest 1565 and 4311) against variant 6: 0 to -3% / 0 to -2%. The same key tiles
+    // in the same order as variant 6 (bitwise equal output and LSE, tests/test_gpu.py). Before:
+    // variant 6 (one-tile, pingpong) from 2k (session 16: -4 to -10% against 64 keys) and on
+    // varlen batches whose longest sequence has 1k rows or more (session 35), 64 keys below.
     if constexpr (D == 256) {
-      if (p.seqlen_q >= (p.cu_seqlens_q != 0 ? 1024 : 2048)) {
-        forward_sm90<T, D, 6>(p);
-        return;
-      }
+      forward_sm90<T, D, 7>(p);
+      return;
     }
     if constexpr (D == 128) {
       // Varlen: persistent over the batch's slots since session 35 (run_forward, decode_slot);

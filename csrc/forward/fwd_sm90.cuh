@@ -118,6 +118,16 @@ struct FwdTraits : Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_, kMmaWarpGroups_>
   static constexpr int kQBytes = cute::cosize_v<SmemLayoutQ> * int(sizeof(Element));
   static constexpr int kKVBytes = 2 * cute::cosize_v<SmemLayoutK> * int(sizeof(Element));
   static constexpr int kQBuffers = (kPersistent && 2 * kQBytes + kKVBytes <= 220 * 1024) ? 2 : 1;
+  // Persistent with one Q buffer (d = 256): O leaves through the V stages instead of the Q
+  // buffer (FlashAttention-3's aliasing), so the consumers hand Q back once its last S GEMM is
+  // done and the next tile's Q loads under this tile's last softmax, P.V and epilogue; the
+  // producer holds the next tile's first V load until O's stores have read the stages
+  // (o_free). Through the Q buffer, the next Q could load only after the epilogue's stores, and
+  // the next tile's first S waited for it: the persistent kernel was no faster than one tile per
+  // block (bench/NOTES.md session 36).
+  static constexpr bool kOThroughV = kPersistent && kQBuffers == 1;
+  static_assert(!kOThroughV || cute::cosize_v<SmemLayoutK> >= cute::cosize_v<SmemLayoutQ>,
+                "O staged in the V stages needs them at least as large as the Q buffer");
 
   struct SharedStorage {
     cute::array_aligned<Element, kQBuffers * cute::cosize_v<SmemLayoutQ>, 1024> q;
@@ -126,6 +136,7 @@ struct FwdTraits : Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_, kMmaWarpGroups_>
     std::conditional_t<kPvFromSmem, PTiles, NoPTiles> p_tiles;  // (no bytes without it)
     alignas(16) cutlass::arch::ClusterTransactionBarrier barrier_q[kQBuffers];  // Q loaded
     alignas(16) cutlass::arch::ClusterBarrier q_empty[kQBuffers];  // consumers done with Q
+    alignas(16) cutlass::arch::ClusterBarrier o_free;  // kOThroughV: O's stores have read V's stages
     alignas(16) typename Pipeline::SharedStorage pipe_k;
     alignas(16) typename Pipeline::SharedStorage pipe_v;
     int4 slot_tile;  // varlen slots (one-tile blocks): {m_block, head, sequence} of this block
@@ -288,6 +299,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       ss.barrier_q[i].init(1);
       ss.q_empty[i].init(Traits::kNumMmaThreads);
     }
+    if constexpr (Traits::kOThroughV) ss.o_free.init(kWGs);  // one arrive per consumer warpgroup
   }
   // gproj at d = 64 and 128: launched as the programmatic dependent of the stream's previous
   // kernel (run_forward): the block's start-up above overlaps that kernel's end, and nothing in
@@ -355,6 +367,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       // barrier_q), tiles without keys (no Q load) and the end of the schedule too, so the
       // consumers follow whatever order the producer took. One tile per block: no hand-over.
       int t = first;
+      int keyed = 0;  // tiles with keys loaded so far (kOThroughV: o_free's phases)
       for (int qi = 0; Traits::kPersistent || qi < 1; ++qi) {  // qi: Q buffers handed over
         // The next tile with rows (varlen: a sequence shorter than the longest has none past its
         // end; nobody computes those).
@@ -429,11 +442,14 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
             ++wr_k;
           }
           if (nb < nb_max) {
+            // (kOThroughV: the previous tile's O staged in V's stages must have been stored)
+            if (Traits::kOThroughV && nb == nb_max - 1 && keyed > 0) ss.o_free.wait((keyed - 1) & 1);
             pipe_v.producer_acquire(wr_v);
             copy(prm.tma_v.with(*pipe_v.producer_get_barrier(wr_v), 0), tVg(_, nb), tVs(_, wr_v.index()));
             ++wr_v;
           }
         }
+        ++keyed;
         t = next_tile(t);
       }
     }
@@ -716,6 +732,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       // d = 128 N = 4k causal (ncu, bench/NOTES.md session 18). Output and LSE are unchanged.
       if (shift != nullptr && keys_shifted(p, b, hk)) q_dot_shift();
       warpgroup_wait<0>();
+      // kOThroughV: Q's last reader was this tile's last S GEMM (q . shift ran before it ended)
+      if constexpr (Traits::kOThroughV) {
+        if (nb_max - 2 < nb_min) ss.q_empty[buf].arrive();
+      }
       pipe_k.consumer_release(rd_k);
       ++rd_k;
       softmax(tSrS, nb_max - 1, [](float) {});
@@ -746,6 +766,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         wg_gemm<false>(mma_pv, tOrPa, tOrV(_, _, _, rd_v.index()), tOrO);
         if constexpr (Traits::kPingpong) turn_pass<kWGs>(consumer);
         warpgroup_wait<1>();  // S done (P.V may still run)
+        if constexpr (Traits::kOThroughV) {
+          if (nb == nb_min) ss.q_empty[buf].arrive();  // (the tile's last S: Q is dead)
+        }
         if constexpr (Traits::kPvWaitInSoftmax) {
           // P.V waited for inside the softmax (FwdTraits::kPvWaitInSoftmax): the K stage's release
           // is predicated on an exponential's value (true for any exp2 result, NaN included),
@@ -805,15 +828,27 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
             empty ? INFINITY : (m_raw * c + log2l) * 0.6931471805599453f + p.softmax_scale * qshift[r];
       }
     }
+    // O's staging buffer, laid out as Q: this warpgroup's rows of the Q buffer, whose last S GEMM
+    // was waited on; kOThroughV the V stages, once both warpgroups' last P.V GEMMs are done.
+    Tensor sO = [&] {
+      if constexpr (Traits::kOThroughV) {
+        return make_tensor(make_smem_ptr(ss.v.data()), typename Traits::SmemLayoutQ{});
+      } else {
+        return sQ;
+      }
+    }();
     if (has_keys && prm.o_vec) {
-      // This warpgroup's rows of Q are dead (its last S GEMM was waited on): O goes there.
       Tensor tOrOe = make_tensor_like<Element>(tOrO);
       Tensor oe_rc = make_tensor(tOrOe.data(), acc_rowcol(tOrOe.layout()));
       CUTLASS_PRAGMA_UNROLL
       for (int r = 0; r < kRows; ++r)
         CUTLASS_PRAGMA_UNROLL
         for (int j = 0; j < size<1>(o_rc); ++j) oe_rc(r, j) = static_cast<Element>(o_rc(r, j) * inv[r]);
-      copy(r2s_o, r2s_o_thr.retile_S(tOrOe), r2s_o_thr.partition_D(sQ));
+      if constexpr (Traits::kOThroughV) {
+        static_assert(kWGs == 2, "kOThroughV: both consumer warpgroups on named barrier 10");
+        consumers_sync();  // the other warpgroup's last P.V may still read the stages
+      }
+      copy(r2s_o, r2s_o_thr.retile_S(tOrOe), r2s_o_thr.partition_D(sO));
       // TMA stores where they cannot write past this sequence's rows: its tensor ends with the
       // sequence (one per batch entry), or the tile is whole (varlen packs the next sequence
       // right after). Stored by the threads instead (below), each row took ~26 instructions of
@@ -831,7 +866,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
           Tensor gO = local_tile(mO, Shape<_64, _64>{}, make_coord(consumer, _));
           CUTLASS_PRAGMA_UNROLL
           for (int cb = 0; cb < kHeadDim / 64; ++cb) {
-            Tensor sOb = make_tensor(make_smem_ptr(sQ.data() + (consumer * 64 + cb * kBlockM) * 64),
+            Tensor sOb = make_tensor(make_smem_ptr(sO.data() + (consumer * 64 + cb * kBlockM) * 64),
                                      typename Traits::SmemLayoutOBlock{});
             auto [tOg, tOs] = tma_partition(prm.tma_o, _0{}, Layout<_1>{}, group_modes<0, 2>(sOb),
                                             group_modes<0, 2>(gO(_, _, cb)));
@@ -844,6 +879,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
             store_pending = buf;
           } else {
             tma_store_wait<0>();
+            if constexpr (Traits::kOThroughV) ss.o_free.arrive();  // V's stages read: the producer's
           }
         }
       } else {
@@ -855,12 +891,16 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
           const int row = consumer * 64 + r;
           if (m0 + row < m_end) {
             *reinterpret_cast<uint4*>(gO + int64_t(row) * p.o_stride[1] + col) =
-                ld_shared_v4(&sQ(row, col));
+                ld_shared_v4(&sO(row, col));
           }
         }
-        // Persistent: the producer's next TMA load of Q into this buffer is an async-proxy write
-        // after these generic-proxy accesses.
+        // Persistent: the producer's next TMA load of Q (kOThroughV: of V) into this buffer is an
+        // async-proxy write after these generic-proxy accesses.
         if constexpr (Traits::kPersistent) cutlass::arch::fence_view_async_shared();
+        if constexpr (Traits::kOThroughV) {
+          wg_sync(consumer);  // every thread's reads of the stages done
+          if ((tid & 127) == 0) ss.o_free.arrive();
+        }
       }
     } else {
       // Rows without keys (Q never loaded; one tile per block: the buffer was never filled),
@@ -882,11 +922,18 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
           }
         }
       }
+      // (kOThroughV: nothing staged, but the producer counts every tile with keys)
+      if constexpr (Traits::kOThroughV) {
+        if (has_keys && (tid & 127) == 0) ss.o_free.arrive();
+      }
     }
 
     // Q (GEMMs, q . shift, the O staging) no longer needed: the buffer goes back to the producer
-    // (every tile handed over, with keys or not).
-    if constexpr (Traits::kPersistent) {
+    // (every tile handed over, with keys or not; kOThroughV: a tile with keys gave it back after
+    // its last S GEMM).
+    if constexpr (Traits::kOThroughV) {
+      if (!has_keys) ss.q_empty[buf].arrive();
+    } else if constexpr (Traits::kPersistent) {
       if (store_pending != buf) ss.q_empty[buf].arrive();  // (else after its store's reads)
     }
     if (has_keys) ++tiles_with_keys;
@@ -915,6 +962,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 //   session 13 fa3 mode's default without a mask from N = 8k, since session 31 both modes'
 //   under a mask beyond 8k, forward_impl), and at d = 64 variant 4 with P.V waited for at the top of the next iteration
 //   (the softmax overlapping P.V inside a warpgroup, as at d >= 128).
+// At d = 256 (session 36) variant 7 is variant 6's 80-key kernel persistent with O staged in the V
+// stages (FwdTraits::kOThroughV) and without pingpong, the default at every length since then
+// (forward_impl); variant 12 the same with pingpong (A/B).
 // Since session 31 P.V is waited for inside the softmax (FwdTraits::kPvWaitInSoftmax) in every
 // d = 128 variant and in the kernels the default runs from N = 2k at d = 64 and 256 (variants 9,
 // 6 and their variant 10); variant 11 is that kernel (d = 64 variant 9's, d = 128 variant 0's,
@@ -943,8 +993,8 @@ template <int V> struct FwdTiles<128, V> {
   static constexpr bool kPvWaitInSoftmax = V != 11;
 };
 template <int V> struct FwdTiles<256, V> {
-  static constexpr int kBlockN = V == 6 || V >= 10 ? 80 : 64, kStages = 2, kMmaWarpGroups = 2;
-  static constexpr bool kPvWaitInSoftmax = V == 6 || V == 10;
+  static constexpr int kBlockN = V == 6 || V == 7 || V >= 10 ? 80 : 64, kStages = 2, kMmaWarpGroups = 2;
+  static constexpr bool kPvWaitInSoftmax = V == 6 || V == 7 || V == 10 || V == 12;
   static constexpr bool kPvFromSmem = false, kPvWaitAtTop = !kPvWaitInSoftmax, kKWaitFirst = V == 10;
 };
 
@@ -954,7 +1004,9 @@ void run_forward(const AttnParams& p, int total_q, int total_k) {
   // Pingpong at every head dim (variant 1: none). At d = 128 and 256 it measured up to +15% at
   // N = 4k-8k (bench/NOTES.md, "sm90 forward variants"); at d = 64 neutral in fa3 mode and
   // +5-15% in gproj mode, whose softmax has one more FP32 instruction per score (v4).
-  constexpr bool kPingpong = kVariant != 1;
+  // (d = 256 variant 7: variant 12 without it, FlashAttention-3's d = 256 configuration: no
+  // scheduler barrier between its warpgroups at head dims above 128)
+  constexpr bool kPingpong = kVariant != 1 && !(kHeadDim == 256 && kVariant == 7);
   // O-rescale skipping (FwdTraits::kSkipRescale): with the P.V wait inside the softmax the
   // rescale's FMULs trail the exp2 stream (ptxas puts them after the last MUFU whatever the
   // source order), and skipping them where no row max of the warp moved measured faster at
@@ -974,6 +1026,7 @@ void run_forward(const AttnParams& p, int total_q, int total_k) {
   constexpr bool kPersistent = kVariant == 4 ||
                                (kHeadDim == 64 && kVariant >= 9) ||
                                (kHeadDim == 128 && kVariant >= 10) ||
+                               (kHeadDim == 256 && (kVariant == 7 || kVariant == 12)) ||
                                (kVariant < 5 && ((kVariant == 3) != (kHeadDim != 256)));
   using Traits = FwdTraits<T, kHeadDim, Tiles::kBlockN, Tiles::kStages, kPingpong, kPersistent,
                            kSkipRescale, Tiles::kMmaWarpGroups, Tiles::kPvFromSmem,

@@ -556,6 +556,17 @@ def test_forward_pv_wait_place_changes_no_bit(d, causal, numerics, monkeypatch):
 
 @pytest.mark.parametrize("numerics", ["gproj", "fa3"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_forward_d128_pingpong_changes_no_bit(causal, numerics, monkeypatch):
+    """Since session 36 gproj's dense d = 128 forward under a causal-like mask runs the persistent
+    kernel without pingpong (variant 1; tile_configs.cuh). Only the warpgroups' turn-taking
+    differs: output and LSE bitwise those of the kernel with it (variant 8), with a partial last
+    tile, the tile counter under the mask and a key offset."""
+    assert_variant_is_bitwise_the_base(128, causal, numerics, "1", 4100, 136 + int(causal),
+                                       monkeypatch)
+
+
+@pytest.mark.parametrize("numerics", ["gproj", "fa3"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_forward_d64_two_warpgroup_pv_wait_changes_no_bit(causal, numerics, monkeypatch):
     """Since session 32 d = 64's two-warpgroup kernel (the default below N = 2k; under a mask
     below 1k on dense batches, 4k on varlen ones) waits for P.V inside the softmax too; variant 12 is it with the wait after the softmax, as

@@ -267,6 +267,16 @@ void forward_impl(const AttnParams& p) {
         forward_sm90<T, D, 0>(p);
         return;
       }
+      // gproj under a causal-like mask (a right bound only) on dense batches: variant 1, the
+      // persistent kernel without pingpong. Interleaved against the default (bench/NOTES.md
+      // session 36), gproj time: causal 1k -0.6%, 2k -1.2%, 4k -1.6%, 8k -1.7%, 16k (against
+      // variant 9) -2.2%, GQA 16k -2.3%; without a mask +0.5 to +1.4% and on varlen batches -0.5
+      // to +1% (so not there); fa3 mode 0 to +1.8% (its softmax, one FP32 instruction per score
+      // shorter than gproj's, hides under the other warpgroup's GEMMs with pingpong).
+      if (p.numerics == int(Numerics::kGProj) && p.window_left < 0 && p.window_right >= 0) {
+        forward_sm90<T, D, 1>(p);
+        return;
+      }
       // Under a mask beyond N = 8k: one-tile blocks, since session 31 on 176-key tiles (variant
       // 9; with the P.V wait inside the softmax it measured 3-5% faster than variant 3's 128 keys
       // at 16k causal in both modes, bench/NOTES.md session 31).

@@ -19,7 +19,12 @@ def main(path):
         kind = r.get("shape") or ("gqa" if r["heads_k"] != r["heads"] else "dense")
         name = r["impl"] + (f"/{r['numerics']}" if r.get("numerics") else "")
         t.setdefault((r["hdim"], r["seqlen"], r["causal"], kind), {})[(name, r["op"])] = r
-    commit = recs[0].get("commit", "?")
+    # (a merged file may hold several runs, e.g. one per head dim: name each run's commit)
+    by_commit = {}
+    for r in recs:
+        by_commit.setdefault(str(r.get("commit", "?")), set()).add(r["hdim"])
+    commit = "; ".join(f"{c} (d = {', '.join(str(d) for d in sorted(ds))})"
+                       for c, ds in by_commit.items()) if len(by_commit) > 1 else next(iter(by_commit))
 
     def ms(v, name, op):
         r = v.get((name, op))

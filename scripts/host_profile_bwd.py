@@ -1,32 +1,19 @@
 """Where the host time of one backward call goes (B = 1, N = 256, 2 heads, d = 128: a few us of
 GPU work per kernel). Wall time per call of ops.backward_cuda and of out.backward(do) through
-the user API (median of 7 batches of 100), then cProfile's view of 300 backward_cuda calls per
-mode (tottime). Run on a GPU: python scripts/host_profile_bwd.py"""
+the user API (median of 7 batches of 100, host_profile.per_call_us), then cProfile's view of 300
+backward_cuda calls per mode (tottime) and the torch profiler's (CPU and CUDA) of 20.
+Run on a GPU: python scripts/host_profile_bwd.py"""
 import cProfile
 import os
 import pstats
 import sys
-import time
 
 import torch
+from host_profile import per_call_us  # (scripts/ is on the path when run as a script)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import gproj_cuda  # noqa: E402
 from gproj_cuda import ops  # noqa: E402
-
-
-def per_call_us(fn, n=100, batches=7):
-    for _ in range(10):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(batches):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        torch.cuda.synchronize()
-        ts.append((time.perf_counter() - t0) / n * 1e6)
-    return sorted(ts)[len(ts) // 2]
 
 
 def main():
@@ -43,8 +30,8 @@ def main():
             do, q, k, v, out, st, None, None, N, N, s, -1, -1, m, k_shift=ks)
         og = gproj_cuda.attention(qg, kg, vg, numerics=m)
         api_bwd = lambda og=og: og.backward(do, retain_graph=True)
-        rows.append((f"ops.backward_cuda {m}", per_call_us(bwd)))
-        rows.append((f"api out.backward {m}", per_call_us(api_bwd)))
+        rows.append((f"ops.backward_cuda {m}", per_call_us(bwd, n=100)))
+        rows.append((f"api out.backward {m}", per_call_us(api_bwd, n=100)))
         for name, t in rows[-2:]:
             print(f"{name:32} {t:8.1f} us/call", flush=True)
         prof = cProfile.Profile()

@@ -1022,7 +1022,8 @@ void run_forward(const AttnParams& p, int total_q, int total_k) {
   // over blocks: dealing waves in alternating directions changed nothing, bench/NOTES.md
   // session 13 item 7): forward_impl takes variant 3 there, beyond N = 8k. (Variants 5-7, three
   // consumer warpgroups, stay non-persistent: the form that was measured; variant 5 is the
-  // d = 64 default at long N, see forward_impl.)
+  // d = 64 default at long N, see forward_impl.) At d = 256 variants 7 (the default since
+  // session 36) and 12 are persistent with O staged in the V stages (FwdTraits::kOThroughV).
   constexpr bool kPersistent = kVariant == 4 ||
                                (kHeadDim == 64 && kVariant >= 9) ||
                                (kHeadDim == 128 && kVariant >= 10) ||

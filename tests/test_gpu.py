@@ -469,12 +469,13 @@ def test_forward_programmatic_launch_is_bitwise_the_serial_one(d, monkeypatch):
     for koff, wr in ((0.0, 0), (3.0, 0), (3.0, -1)):
         kk = (k.float() + koff).to(k.dtype)
         got = {}
-        for ab in ("0", "128"):
+        for ab in ("0", "128", "4096"):  # (4096: d = 256 programmatic too)
             monkeypatch.setenv("GPROJ_FWD_AB", ab)
             got[ab] = forward_cuda(q, kk, v, None, None, n, n, d ** -0.5, -1, wr, "gproj")
         monkeypatch.delenv("GPROJ_FWD_AB")
-        for a, b in zip(got["0"], got["128"]):
-            assert torch.isfinite(a).all() and torch.equal(a, b), (koff, wr)
+        for other in ("128", "4096"):
+            for a, b in zip(got["0"], got[other]):
+                assert torch.isfinite(a).all() and torch.equal(a, b), (koff, wr, other)
 
 
 @pytest.mark.parametrize("numerics", ["gproj", "fa3"])

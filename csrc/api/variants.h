@@ -91,13 +91,16 @@ inline int tile_order() {
 //      sequence's end; before session 33), not only the tiles some stored row does not fully see;
 // 2048: the persistent forward's O-store thread waits for the store's shared-memory reads right
 //      after issuing it (before session 32), not after the next tile's first GEMM issue.
-// Written as a decimal number (1 to 4095).
+// 4096: gproj's d = 256 forward launched as the programmatic dependent of the centering pass's
+//      second kernel too (d = 64 and 128 are since session 30; at d = 256 it measured 1-2% slower
+//      on the one-tile kernel then; session 36's A/B on the persistent one).
+// Written as a decimal number (1 to 8191).
 inline int fwd_ab() {
   const char* v = std::getenv("GPROJ_FWD_AB");
   if (v == nullptr) return 0;
   char* end = nullptr;
   const long bits = std::strtol(v, &end, 10);
-  return end != v && *end == '\0' && bits >= 1 && bits <= 4095 ? int(bits) : 0;
+  return end != v && *end == '\0' && bits >= 1 && bits <= 8191 ? int(bits) : 0;
 }
 
 // GPROJ_BWD_VARIANT for A/B runs of the gproj Hopper backward (fa3 mode: only variant 9):

@@ -1129,7 +1129,8 @@ void run_forward(const AttnParams& p, int total_q, int total_k) {
   // two interleaved runs (the timeline read it faster; not understood), and fa3 mode has no
   // pre-pass to hide under (it measured no faster): both keep the plain launch.
   launch_sm90(kernel, grid, Traits::kNumThreads, smem, prm, p, "forward (sm90)",
-              /*programmatic=*/kGProj && kHeadDim != 256 && !(p.fwd_ab & 128));
+              /*programmatic=*/kGProj && (kHeadDim != 256 || (p.fwd_ab & 4096)) &&
+                  !(p.fwd_ab & 128));
 }
 
 }  // namespace sm90

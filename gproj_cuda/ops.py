@@ -54,8 +54,8 @@ def _new(shape, dtype, device, poison=False):
 # The host path of one call is what sets the pace of short calls (B = 1, N = 256: ~40-70 us of
 # host time per forward against a few us of GPU time; bench/NOTES.md session 36), so the per-call
 # lookups below are the cheap forms, each measured on the GPU machine's host:
-# torch.cuda.current_stream(device).cuda_stream costs ~8.6 us (a Stream object built per call),
-# the raw handle ~0.5; a device's availability and compute capability do not change while the
+# torch.cuda.current_stream(device).cuda_stream costs ~5-9 us (a Stream object built per call),
+# the raw handle ~0.2; a device's availability and compute capability do not change while the
 # process runs.
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 

@@ -30,6 +30,19 @@ def per_call_us(fn, n=300, batches=7):
     return sorted(ts)[len(ts) // 2]
 
 
+def print_cprofile(name, fn, calls, top):
+    """cProfile's view (tottime, the top entries) of ``calls`` queued calls of ``fn``."""
+    prof = cProfile.Profile()
+    torch.cuda.synchronize()
+    prof.enable()
+    for _ in range(calls):
+        fn()
+    prof.disable()
+    torch.cuda.synchronize()
+    print(f"\n== cProfile, {calls} calls of {name} (tottime, top {top})")
+    pstats.Stats(prof).sort_stats("tottime").print_stats(top)
+
+
 def main():
     torch.manual_seed(0)
     dev = torch.device("cuda", torch.cuda.current_device())
@@ -95,15 +108,7 @@ def main():
 
     for name, fn in (("ops.forward_cuda gproj", pieces["ops.forward_cuda gproj"]),
                      ("api gproj, grad (forward only)", pieces["api gproj, grad (forward only)"])):
-        prof = cProfile.Profile()
-        torch.cuda.synchronize()
-        prof.enable()
-        for _ in range(500):
-            fn()
-        prof.disable()
-        torch.cuda.synchronize()
-        print(f"\n== cProfile, 500 calls of {name} (tottime, top 18)")
-        pstats.Stats(prof).sort_stats("tottime").print_stats(18)
+        print_cprofile(name, fn, 500, 18)
     print("\n== summary (us per call, wall, queued calls)")
     for name, t in rows:
         print(f"{name:52} {t:7.1f}")

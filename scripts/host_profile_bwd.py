@@ -3,13 +3,11 @@ GPU work per kernel). Wall time per call of ops.backward_cuda and of out.backwar
 the user API (median of 7 batches of 100, host_profile.per_call_us), then cProfile's view of 300
 backward_cuda calls per mode (tottime) and the torch profiler's (CPU and CUDA) of 20.
 Run on a GPU: python scripts/host_profile_bwd.py"""
-import cProfile
 import os
-import pstats
 import sys
 
 import torch
-from host_profile import per_call_us  # (scripts/ is on the path when run as a script)
+from host_profile import per_call_us, print_cprofile  # (scripts/ is on the path)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import gproj_cuda  # noqa: E402
@@ -34,15 +32,7 @@ def main():
         rows.append((f"api out.backward {m}", per_call_us(api_bwd, n=100)))
         for name, t in rows[-2:]:
             print(f"{name:32} {t:8.1f} us/call", flush=True)
-        prof = cProfile.Profile()
-        torch.cuda.synchronize()
-        prof.enable()
-        for _ in range(300):
-            bwd()
-        prof.disable()
-        torch.cuda.synchronize()
-        print(f"\n== cProfile, 300 calls of ops.backward_cuda {m} (tottime, top 22)")
-        pstats.Stats(prof).sort_stats("tottime").print_stats(22)
+        print_cprofile(f"ops.backward_cuda {m}", bwd, 300, 22)
     from torch.profiler import ProfilerActivity, profile
     for m in ("fa3", "gproj"):
         out, _, st, ks = ops.forward_cuda(q, k, v, None, None, N, N, s, -1, -1, m,

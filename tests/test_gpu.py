@@ -566,6 +566,27 @@ def test_forward_d128_pingpong_changes_no_bit(causal, numerics, monkeypatch):
                                        monkeypatch)
 
 
+def test_forward_d128_causal_beyond_8k_takes_the_persistent_kernel(monkeypatch):
+    """Since session 37 fa3 mode's dense d = 128 forward under a causal mask beyond N = 8k runs
+    the persistent kernel (variant 0's) instead of 176-key one-tile blocks: the default's output
+    and LSE bitwise those of variant 8 (the persistent kernel named) at N = 8320, and so not
+    those of variant 9 (another key tiling: they round differently somewhere)."""
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("needs a Hopper GPU")
+    n, d = 8320, 128
+    g = torch.Generator(device=DEV).manual_seed(837)
+    q, k, v = (rand(1, n, 4, d, g=g) for _ in range(3))
+    runs = {}
+    for var in ("0", "8", "9"):
+        monkeypatch.setenv("GPROJ_FWD_VARIANT", var)  # ("0": the default dispatch)
+        runs[var] = forward_cuda(q, k, v, None, None, n, n, d ** -0.5, -1, 0, "fa3")[:2]
+    for a, b in zip(runs["0"], runs["8"]):
+        assert torch.isfinite(a).all() and torch.equal(a, b)
+    assert not torch.equal(runs["0"][0], runs["9"][0])
+    # and the two tilings agree to about bf16's rounding of the output (median row)
+    assert row_rel_err(runs["0"][0], runs["9"][0]) < 1e-2
+
+
 @pytest.mark.parametrize("numerics", ["gproj", "fa3"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_forward_d64_two_warpgroup_pv_wait_changes_no_bit(causal, numerics, monkeypatch):

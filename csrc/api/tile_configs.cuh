@@ -279,11 +279,11 @@ void forward_impl(const AttnParams& p) {
       }
       // Under a mask beyond N = 8k: one-tile blocks, since session 31 on 176-key tiles (variant
       // 9; with the P.V wait inside the softmax it measured 3-5% faster than variant 3's 128 keys
-      // at 16k causal in both modes, bench/NOTES.md session 31). (Session 36 measured the
-      // persistent kernel, variant 8, faster again under a causal mask in fa3 mode: 12k -2.2%,
-      // 16k -0.7% in two runs, GQA 16k -0.9 / -1.4%; not switched yet: the GPU suite has not run
-      // on that dispatch. gproj's causal-like masks take variant 1 above.)
-      if (masked && p.seqlen_q > 8192) {
+      // at 16k causal in both modes, bench/NOTES.md session 31). Since session 37 not under a
+      // causal-like mask (fa3 mode here; gproj took variant 1 above): the persistent kernel
+      // (variant 0's, with the schedule of sessions 32-35) measured faster there, interleaved
+      // (session 36), 12k -2.2%, 16k -0.7% and -1.0% (two runs), GQA 16k -1.4% and -0.9%.
+      if (masked && p.seqlen_q > 8192 && !(p.window_left < 0 && p.window_right >= 0)) {
         forward_sm90<T, D, 9>(p);
         return;
       }

@@ -180,10 +180,43 @@ def _flex():
     return make
 
 
+def _fa3_backward():
+    """FlashAttention-3's own backward where a standalone build of it is at hand (the forward
+    wheel has none): FA3_BWD_DIR names the folder with its ctypes wrapper fa3bwd.py and
+    libfa3bwd.so (bench/fa3_bwd/README.md), else None and the fa3 rows have no backward."""
+    path = os.environ.get("FA3_BWD_DIR")
+    if not path:
+        return None
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("fa3bwd", os.path.join(path, "fa3bwd.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def _fa3():
     import flash_attn_interface  # noqa: F401  (FlashAttention-3 hopper build)
+    bwd = _fa3_backward()
 
     def make(causal, gqa, varlen=None):
+        if bwd is not None and varlen is None:
+            # dense: FlashAttention-3's forward (out, LSE) and its standalone backward
+            class FA3(torch.autograd.Function):
+                @staticmethod
+                def forward(ctx, q, k, v):
+                    scale = q.shape[-1] ** -0.5
+                    out, lse = flash_attn_interface._flash_attn_forward(
+                        q, k, v, softmax_scale=scale, causal=causal)[:2]
+                    ctx.save_for_backward(q, k, v, out, lse)
+                    ctx.scale = scale
+                    return out
+
+                @staticmethod
+                def backward(ctx, do):
+                    q, k, v, out, lse = ctx.saved_tensors
+                    return bwd.backward(q, k, v, out, do, lse, causal, ctx.scale)
+            return FA3.apply
+
         def f(q, k, v):
             if varlen is not None:
                 o = flash_attn_interface.flash_attn_varlen_func(

@@ -10,6 +10,10 @@ AB_ENV=NAME makes VARIANTS values of that switch instead (e.g. AB_ENV=GPROJ_TILE
 AB_LIB=PATH adds "fa3 lib" and "gproj lib": the same backward through another build of the
 extension (e.g. the previous commit's .so), with its own forward's softmax state.
 AB_FA3_VARIANTS=0,9 runs fa3 mode with those GPROJ_BWD_VARIANT values (default: 0 only).
+AB_FA3_BWD=DIR adds "FA3": FlashAttention-3's own backward, built from its upstream source as a
+standalone library (DIR holds its ctypes wrapper fa3bwd.py and libfa3bwd.so; bench/fa3_bwd/README.md
+says how to build it), fed by FlashAttention-3's forward wheel (flash_attn_interface) on the same
+inputs. (Dense batches only.)
 The backward gets the forward's key shift, as the ops hand it over; AB_NO_SHIFT=1 makes it find
 the shift itself."""
 import os
@@ -52,7 +56,22 @@ def candidates(c, variants, lib=None, fa3_variants=("0",)):
             var = (fa3_variants if m == "fa3" else variants)[0]
             cands.append((f"{m} lib", var, lib(lambda m=m, out=out_l, st=st_l: backward_cuda(
                 do, q, k, v, out, st, None, None, n, n, s, -1, wr, m, hopper=True))))
+    if os.environ.get("AB_FA3_BWD") and not c.varlen_mean:
+        fa3_bwd = load_fa3_backward(os.environ["AB_FA3_BWD"])
+        import flash_attn_interface
+        fo = flash_attn_interface._flash_attn_forward(q, k, v, softmax_scale=s, causal=c.causal)
+        out_f, lse_f = fo[0], fo[1]
+        cands.append(("FA3", None, lambda: fa3_bwd.backward(q, k, v, out_f, do, lse_f, c.causal, s)))
     return cands
+
+
+def load_fa3_backward(path):
+    """FlashAttention-3's backward wrapper module (fa3bwd.py) from the folder ``path``."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("fa3bwd", os.path.join(path, "fa3bwd.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def main():
@@ -64,7 +83,7 @@ def main():
     fa3_variants = os.environ.get("AB_FA3_VARIANTS", "0").split(",")
     names = ([f"fa3 v{v}" for v in fa3_variants] + (["fa3 lib"] if lib else [])
              + [f"gproj v{v}" for v in variants]
-             + (["gproj lib"] if lib else []))
+             + (["gproj lib"] if lib else []) + (["FA3"] if os.environ.get("AB_FA3_BWD") else []))
     print(f"{'d':>4} {'N':>6} {'mask':>11} | {'cuDNN ms':>8} | " +
           " ".join(f"{x:>15}" for x in names) + "   (time, then cuDNN time / time)")
     for a in shapes:

@@ -2,7 +2,9 @@
 under the profiler run once each after a warm-up, so `ncu -k regex:... -s 1 -c 1` catches a
 steady-state launch. Usage: python scripts/ncu_case.py NUMERICS N [HDIM] [causal]
 NUMERICS "upstream": FlashAttention-3's own forward (the `tokenspeed-fa3` wheel's
-flash_attn_interface, forward only), for a side-by-side profile."""
+flash_attn_interface, forward only), for a side-by-side profile; "upstream_bwd": its forward, then
+its backward from the standalone build in FA3_BWD_DIR (bench/fa3_bwd/README.md)."""
+import os
 import sys
 
 import torch
@@ -28,6 +30,21 @@ def main():
         torch.cuda.synchronize()
         assert torch.isfinite(out).all(), "non-finite output"
         print(f"upstream FA3 forward N={n} d={d} causal={causal}: ok")
+        return
+    if numerics == "upstream_bwd":
+        import importlib.util
+        import flash_attn_interface
+        path = os.path.join(os.environ["FA3_BWD_DIR"], "fa3bwd.py")
+        spec = importlib.util.spec_from_file_location("fa3bwd", path)
+        fa3bwd = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(fa3bwd)
+        out, lse = flash_attn_interface._flash_attn_forward(q, k, v, softmax_scale=s,
+                                                            causal=causal)[:2]
+        for _ in range(2):
+            dq, dk, dv = fa3bwd.backward(q, k, v, out, do, lse, causal, s)
+        torch.cuda.synchronize()
+        assert torch.isfinite(dq).all() and torch.isfinite(dk).all(), "non-finite gradients"
+        print(f"upstream FA3 backward N={n} d={d} causal={causal}: ok")
         return
     for _ in range(2):  # warm-up launch, then the profiled one
         out, _, st = forward_cuda(q, k, v, None, None, n, n, s, -1, wr, numerics)

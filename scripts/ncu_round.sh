@@ -14,7 +14,10 @@ for num in ${MODES:-fa3 gproj}; do
     rep="$OUT/ncu_${num}_${kern}_d${D:-128}_n${N}${CAUSAL:+_causal}"
     regex=$kern
     [ "$num" = upstream ] && regex=device_kernel
-    timeout 150 ncu -k "regex:$regex" -s 1 -c 1 $SECTIONS --import-source yes -f -o "$rep" \
+    [ "$num" = upstream_bwd ] && regex=FlashAttnBwdSm90
+    base=function
+    [ "$num" = upstream_bwd ] && base=demangled  # (every FA3 kernel is a cutlass::device_kernel)
+    timeout 150 ncu --kernel-name-base $base -k "regex:$regex" -s 1 -c 1 $SECTIONS --import-source yes -f -o "$rep" \
       python3 scripts/ncu_case.py $num $N ${D:-128} ${CAUSAL:-} > "$rep.log" 2>&1
     echo "$(el) ncu $num $kern rc=$?"
     ncu -i "$rep.ncu-rep" --page details > "$rep.txt" 2>&1

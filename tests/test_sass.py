@@ -26,7 +26,7 @@ import sass_check  # noqa: E402
 # and the d = 256 gproj pass with dK from two parts of A (variants 3, 4, 6); since session 25 fa3
 # mode's d = 64 pass with per-warpgroup dQ (variant 13: the default's 36 bytes); since session 26
 # the d = 128 one (variant 14) and fa3 mode's d = 64 pass with dQ split by head-dim halves
-# (variant 15, the default before: 24 bytes). (BwdKvTraits' last two parameters: per-warpgroup
+# (variant 15, the default before: 24 bytes). (BwdKvTraits' last parameters but the A/B bits: per-warpgroup
 # dQ, true only in variants 13 and 14; dQ's GEMM split by query rows, true in fa3 mode's d = 64
 # default.)
 KNOWN_SPILLING_VARIANTS = (
@@ -35,17 +35,20 @@ KNOWN_SPILLING_VARIANTS = (
     "FwdTraits<{t}, 256, 80, 2, true, true,",
     "FwdTraits<{t}, 64, 192,",
     "FwdTraits<{t}, 64, 160,",
-    "BwdKvTraits<{t}, 128, true, 2, true, 2, 64, false, false>",
-    "BwdKvTraits<{t}, 64, true, 1, false, 3, 64, false, false>",
-    "BwdKvTraits<{t}, 64, true, 2, false, 3, 64, false, false>",
-    "BwdKvTraits<{t}, 64, true, 3, false, 3, 64, false, false>",
+    "BwdKvTraits<{t}, 128, true, 2, true, 2, 64, false, false, 0>",
+    "BwdKvTraits<{t}, 64, true, 1, false, 3, 64, false, false, 0>",
+    "BwdKvTraits<{t}, 64, true, 2, false, 3, 64, false, false, 0>",
+    "BwdKvTraits<{t}, 64, true, 3, false, 3, 64, false, false, 0>",
     "LambdaTraits<{t}, 64, 128, 2, true>",
-    "BwdKvTraits<{t}, 64, false, 3, true, 2, 64, false, false>",
-    "BwdKvTraits<{t}, 64, true, 2, true, 2, 64, false, false>",
+    "BwdKvTraits<{t}, 64, false, 3, true, 2, 64, false, false, 0>",
+    "BwdKvTraits<{t}, 64, true, 2, true, 2, 64, false, false, 0>",
     "BwdKvSplitTraits<{t}, 256, true, 2>",
-    "BwdKvTraits<{t}, 64, false, 3, true, 2, 128, true, false>",
-    "BwdKvTraits<{t}, 128, false, 3, true, 2, 64, true, false>",
-    "BwdKvTraits<{t}, 64, false, 3, true, 2, 128, false, false>",
+    "BwdKvTraits<{t}, 64, false, 3, true, 2, 128, true, false, 0>",
+    "BwdKvTraits<{t}, 128, false, 3, true, 2, 64, true, false, 0>",
+    "BwdKvTraits<{t}, 64, false, 3, true, 2, 128, false, false, 0>",
+    # (fa3 mode's d = 128 pass in its form before session 37, variant 18: the default's
+    # producer-side spill)
+    "BwdKvTraits<{t}, 128, false, 3, true, 2, 64, false, false, 3>",
 )
 # Default kernels that spill, by choice: the KV-outer pass at d = 64 with 128-row query tiles
 # (FlashAttention-3's 128 x 128 tile there) keeps S^T, dP^T, dK and dV (192 registers) live through
@@ -79,8 +82,8 @@ KNOWN_SPILLING_VARIANTS = (
 KNOWN_SPILLING_DEFAULTS = (
     "FwdTraits<{t}, 256, 80, 2, false, true,",
     "BwdKvDkvtTraits<{t}, 256>",
-    "BwdKvTraits<{t}, 64, false, 3, true, 2, 128, false, true>",
-    "BwdKvTraits<{t}, 128, false, 3, true, 2, 64, false, false>",
+    "BwdKvTraits<{t}, 64, false, 3, true, 2, 128, false, true, 0>",
+    "BwdKvTraits<{t}, 128, false, 3, true, 2, 64, false, false, 0>",
     "LambdaTraits<{t}, 128, 64, 3, true>",
 )
 

@@ -136,9 +136,12 @@ inline int fwd_ab() {
 //      dV computed transposed (bwd_kv_dkvt_sm90.cuh).
 //  17: (fa3 mode, d = 256, no mask) the 80-key pass with its tile's first dQ slice before dV, as
 //      under a mask (the default until session 29), instead of dV first (kDvFirst).
+//  18: (fa3 mode, d = 128) the 64-row pass waiting for dP before computing P and forming lse2
+//      from the stats (the default until session 37) instead of computing P under dP with lse2
+//      from rowstate, as FlashAttention-3's backward does (BwdKvTraits::kFa3Ab).
 // (13 and 14 measured 7-17% slower than the default, session 26: kept for the record and A/B.)
 inline int bwd_variant() {
-  return env_int_in("GPROJ_BWD_VARIANT", 3, 17);
+  return env_int_in("GPROJ_BWD_VARIANT", 3, 18);
 }
 
 // Whether the gproj Hopper backward rounds A once and projects dK (needs dk_unprojected, dk_keysum).

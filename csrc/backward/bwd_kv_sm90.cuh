@@ -50,7 +50,8 @@ namespace gproj {
 namespace sm90 {
 
 template <typename T_, int kHeadDim_, bool kGProj_, int kAParts_ = 3, bool kDqHere_ = !kGProj_,
-          int kMmaWGs_ = 2, int kBlockM_ = 64, bool kDqPerWg_ = false, bool kDqSplitM_ = false>
+          int kMmaWGs_ = 2, int kBlockM_ = 64, bool kDqPerWg_ = false, bool kDqSplitM_ = false,
+          int kFa3Ab_ = 0>
 struct BwdKvTraits {
   using T = T_;
   static constexpr bool kGProj = kGProj_;
@@ -114,8 +115,22 @@ struct BwdKvTraits {
   // delta_kernel formed it once per row, instead of per column and key tile here (an FMUL and an
   // FADD per column: 64 of ~890 instructions per tile). Measured (bench/NOTES.md session 23):
   // -7% for the whole fa3 backward at d = 64; at d = 128 (64-row tiles, 32 such instructions of
-  // ~500) +1.2%, its producer warpgroup spilling 32 bytes instead of 28, so not there.
-  static constexpr bool kLse2InRowstate = !kGProj_ && kBlockM_ == 128;
+  // ~500) +1.2% alone then (its producer warpgroup spilling 32 bytes instead of 28).
+  // fa3 mode's 64-row d = 128 pass since session 37: P computed while dP is still on the
+  // tensor cores (kPUnderDp) and lse2 taken from rowstate (kLse2InRowstate), as FlashAttention-3's
+  // backward does (its SASS: S waited for alone, then exp2 under dP; LSE stored as log2). Each
+  // alone measured 0 to +3% slower, both together -3 to -5% (interleaved, bench/NOTES.md session
+  // 37; session 11 and 23 had measured each alone). kFa3Ab_ (GPROJ_BWD_VARIANT 18, A/B only):
+  // bit 1 waits for dP before P, bit 2 forms lse2 here from the stats, the form before.
+  static_assert(kFa3Ab_ == 0 || (!kGProj_ && kDqHere_ && kBlockM_ == 64),
+                "the A/B bits are for fa3 mode's 64-row pass");
+  static constexpr int kFa3Ab = kFa3Ab_;
+  static constexpr bool kLse2InRowstate = !kGProj_ && !(kFa3Ab_ & 2);
+  // (fa3 mode with lse2 from rowstate: delta and lse2 of a tile's rows in two arrays, so that a
+  // lane's column pair reads each as one 8-byte shared load, in the P and the dS pass, instead of
+  // a 16-byte {delta, lse2} pair split by ptxas into two scalar loads in each: 16 loads a tile
+  // instead of 32, as FlashAttention-3's separate LSE and dPsum buffers)
+  static constexpr bool kRowsSplit = kLse2InRowstate;
   using Element = typename CuteElement<T_>::type;
   // With no dS~ / dQ buffers the shared memory holds a third Q / dO / Q' stage (two measured the
   // same, within 2%: NOTES.md session 6).
@@ -151,9 +166,9 @@ struct BwdKvTraits {
   // warpgroup's 24 registers (see the kernel's setmaxnreg).
   // P computed from S while dP is still on the tensor cores (wait for S only; FlashAttention-3's
   // order). Measured (session 11, interleaved A/B): 1.3-1.7% faster for fa3 at d = 64; at d = 128
-  // fa3 0 to +1.6%, gproj d = 64 +1.5 to +3% (with the same change in its Q-outer pass), so only
-  // there.
-  static constexpr bool kPUnderDp = kDqHere_ && !kGProj_ && kHeadDim_ == 64;
+  // fa3 0 to +1.6% alone (so there only with lse2 from rowstate, since session 37: see above),
+  // gproj d = 64 +1.5 to +3% (with the same change in its Q-outer pass), so not in gproj mode.
+  static constexpr bool kPUnderDp = kDqHere_ && !kGProj_ && !(kFa3Ab_ & 1);
   static constexpr int kNumMmaThreads = 128 * kMmaWGs, kNumThreads = kNumMmaThreads + 128;
   using HD = Int<kHeadDim>;
   using BM = Int<kBlockM>;
@@ -250,7 +265,9 @@ struct BwdKvTraits {
     // (16-byte aligned: a lane reads two adjacent queries' state at once)
     // {raw score max, log2 row sum} (stats); not read where lse2 comes from rowstate
     alignas(16) float2 row_st[kRowCopies][2][kLse2InRowstate ? 2 : kBlockM];
-    alignas(16) float2 row_dl[kRowCopies][2][kAFromFp32 ? 2 : kBlockM];  // {delta, lambda hi}
+    alignas(16) float2 row_dl[kRowCopies][2][kAFromFp32 || kRowsSplit ? 2 : kBlockM];  // {delta, lambda hi}
+    alignas(16) float row_delta[kRowCopies][2][kRowsSplit ? kBlockM : 2];  // kRowsSplit: delta
+    alignas(16) float row_lse2[kRowCopies][2][kRowsSplit ? kBlockM : 2];   // ... and lse2
     alignas(16) float row_lo[kRowCopies][2][kGProj && !kAFromFp32 ? kBlockM : 2];  // lambda lo
     // kAFromFp32: delta + lambda (rowstate's fourth slot), the one row value A needs
     alignas(16) float row_dlam[kRowCopies][2][kAFromFp32 ? kBlockM : 2];
@@ -527,6 +544,23 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   auto r2s_thr = r2s.get_thread_slice(tid);
   Tensor tRSsDS = r2s_thr.partition_D(make_tensor(make_smem_ptr(ds_ptr), typename Traits::SmemLayoutDSt{}));
   Tensor tRSsPT = r2s_thr.partition_D(make_tensor(make_smem_ptr(pt_ptr), typename Traits::SmemLayoutDSt{}));
+  // fa3 mode's 64-row pass (d = 128): the dS~ stores by a 32-bit shared address taken once.
+  // Through cute's copy, with the stage a run-time index, every tile recomputed the four swizzled
+  // stmatrix addresses with 64-bit generic arithmetic: ~35 instructions a tile (SASS, session
+  // 37; FlashAttention-3's take one base register). The lane's four row addresses are its first
+  // one XOR 32 k bytes (k = 0..3: the swizzle moves a 16-byte row within its 128-byte line;
+  // checked on the host for every lane of this layout, session 37), and stage s is at + s *
+  // kDsStageBytes, which moves no bit the swizzle reads (bits 4-9 of a 1024-aligned buffer).
+  constexpr bool kDsByAddress = Traits::kDqHere && !kGProj && kBlockM == 64 && !Traits::kDqPerWg;
+  constexpr int kDsStageBytes = kBlockM * kBlockN * int(sizeof(Element));
+  static_assert(kDsStageBytes % 1024 == 0, "a dS~ stage moves no swizzled address bit");
+  uint32_t ds_addr0 = 0;
+  if constexpr (kDsByAddress) {
+    static_assert(decltype(size(tRSsDS(_, _, _, 0)))::value == 32 &&
+                      decltype(size<1>(tRSsDS) * size<2>(tRSsDS))::value == 1,
+                  "one x4 stmatrix group of 4 per lane (the layout the XOR rule was checked on)");
+    ds_addr0 = static_cast<uint32_t>(__cvta_generic_to_shared(&tRSsDS(0, 0, 0, 0)));
+  }
 
   auto shape_s = Shape<Int<kBlockN>, Int<kBlockM>>{};  // (keys, queries)
   Tensor tScS = thr_sdp.partition_C(make_identity_tensor(shape_s));
@@ -554,9 +588,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   constexpr int kRowsPerLane = Traits::kRowCopies == 1 ? kBlockM / 64 : kBlockM / 32;
   const int row_copy = Traits::kRowCopies == 1 ? 0 : w;
   const bool row_lane = (tid & 127) < 32;
-  auto fetch_rows = [&](int it) {
+  auto fetch_rows = [&](int it, int h, int mb) {  // (h, mb: item it's head and query tile)
     if (row_lane && it < n_items) {
-      const int h = item_head(it), mb = item_tile(it);
       CUTLASS_PRAGMA_UNROLL
       for (int k = 0; k < kRowsPerLane; ++k) {
         const int slot = (tid & 31) + (Traits::kRowCopies == 1 ? 32 * w + 64 * k : 32 * k);
@@ -568,6 +601,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
           cp_async_zfill(&ss.row_st[row_copy][it & 1][slot], reinterpret_cast<const float2*>(p.stats) + idx, ok);
         if constexpr (Traits::kAFromFp32) {
           cp_async_zfill(&ss.row_dlam[row_copy][it & 1][slot], rs + 3, ok);
+        } else if constexpr (Traits::kRowsSplit) {
+          cp_async_zfill(&ss.row_delta[row_copy][it & 1][slot], rs, ok);
+          cp_async_zfill(&ss.row_lse2[row_copy][it & 1][slot], rs + 1, ok);
         } else {
           cp_async_zfill(&ss.row_dl[row_copy][it & 1][slot], reinterpret_cast<const float2*>(rs), ok);
           if constexpr (kGProj) cp_async_zfill(&ss.row_lo[row_copy][it & 1][slot], rs + 2, ok);
@@ -595,7 +631,12 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         counter_wait_acquire(reinterpret_cast<const int*>(p.pair_counters) + b * p.heads_k + hk,
                              seq.nq * (p.heads / p.heads_k));
     }
-    fetch_rows(0);
+    // The items' heads and query tiles by a cursor (head-major, as KeyBlockWork numbers them),
+    // not KeyBlockWork::head / tile's division per item: that was ~25 instructions a tile on
+    // every consumer warp and as many again on the row-fetching lanes (SASS, session 37).
+    const int mb_first = work.mb_min, mb_stop = work.mb_min + tiles_per_head;
+    int cur_h = item_head(0), cur_mb = mb_first;
+    fetch_rows(0, cur_h, cur_mb);
     cute::cp_async_wait<0>();
     rows_sync();
     ss.barrier_kv.wait(0);
@@ -607,12 +648,19 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     }
     PipelineState rd, rd_prev;
     for (int it = 0; it < n_items; ++it) {
-      const int h = item_head(it), mb = item_tile(it);
+      const int h = cur_h, mb = cur_mb;
+      int next_h = h, next_mb = mb + 1;
+      if (next_mb == mb_stop) {
+        next_mb = mb_first;
+        ++next_h;
+      }
       const int i0 = mb * kBlockM;
       const float2* row_st = ss.row_st[row_copy][it & 1];
       const float2* row_dl = ss.row_dl[row_copy][it & 1];
       const float* row_lo = ss.row_lo[row_copy][it & 1];
       const float* row_dlam = ss.row_dlam[row_copy][it & 1];
+      const float* row_delta = ss.row_delta[row_copy][it & 1];
+      const float* row_lse2 = ss.row_lse2[row_copy][it & 1];
       Tensor tSrS = partition_fragment_C(mma_sdp, shape_s);
       Tensor tSrDP = partition_fragment_C(mma_sdp, shape_s);
       pipe_q.consumer_wait(rd);
@@ -620,7 +668,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       wg_gemm<true>(mma_sdp, tSrK, tSrQ(_, _, _, rd.index()), tSrS);
       wg_gemm<true>(mma_sdp, tSrV, tSrDO(_, _, _, rd.index()), tSrDP);
       if constexpr (!Traits::kWGsMeet) turn_pass<kWGs>(w);
-      fetch_rows(it + 1);  // landed before, and published by, this tile's consumers_sync below
+      fetch_rows(it + 1, next_h, next_mb);  // landed before, and published by, this tile's
+                                            // consumers_sync below
       // S, dP, and the previous tile's dK: its Q/dO stage is free now. (kPUnderDp: WGMMA groups
       // retire in issue order, so waiting for all but the newest leaves dP on the tensor cores
       // while P is computed.)
@@ -645,11 +694,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         } else if constexpr (Traits::kLse2InRowstate) {
           // FA3: exp2(fma(s, c, -lse2)), lse2 = m c + log2 l as FA3 stores it, formed once per
           // row by delta_kernel ({delta, lse2} in rowstate)
-          const float4 dl2 = *reinterpret_cast<const float4*>(&row_dl[get<1>(c_rc(0, j))]);
+          const float2 lse2 = *reinterpret_cast<const float2*>(&row_lse2[get<1>(c_rc(0, j))]);
           CUTLASS_PRAGMA_UNROLL
           for (int r = 0; r < kRows; ++r) {
-            s_rc(r, j) = exp2_approx(fmaf(s_rc(r, j), c, -dl2.y));
-            s_rc(r, j + 1) = exp2_approx(fmaf(s_rc(r, j + 1), c, -dl2.w));
+            s_rc(r, j) = exp2_approx(fmaf(s_rc(r, j), c, -lse2.x));
+            s_rc(r, j + 1) = exp2_approx(fmaf(s_rc(r, j + 1), c, -lse2.y));
           }
         } else {  // FA3, lse2 formed here from the stats (bit for bit delta_kernel's)
           const float4 st2 = *reinterpret_cast<const float4*>(&row_st[get<1>(c_rc(0, j))]);
@@ -711,6 +760,13 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
             dp_rc(r, j) = s_rc(r, j) * (dp_rc(r, j) - dlam.x);
             dp_rc(r, j + 1) = s_rc(r, j + 1) * (dp_rc(r, j + 1) - dlam.y);
           }
+        } else if constexpr (Traits::kRowsSplit) {
+          const float2 dl = *reinterpret_cast<const float2*>(&row_delta[get<1>(c_rc(0, j))]);
+          CUTLASS_PRAGMA_UNROLL
+          for (int r = 0; r < kRows; ++r) {
+            dp_rc(r, j) = s_rc(r, j) * (dp_rc(r, j) - dl.x);
+            dp_rc(r, j + 1) = s_rc(r, j + 1) * (dp_rc(r, j + 1) - dl.y);
+          }
         } else {
           const float4 dl2 = *reinterpret_cast<const float4*>(&row_dl[get<1>(c_rc(0, j))]);
           CUTLASS_PRAGMA_UNROLL
@@ -726,7 +782,18 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       // (kAFromFp32 takes dS in fp32 below: no rounded dS~ needed here)
       if constexpr (!Traits::kAFromFp32) round_pairs<T>(tSrDP, tOrDS);
       const int ds_stage = it % Traits::kDsStages;
-      if constexpr (Traits::kDqHere) copy(r2s, r2s_thr.retile_S(tOrDS), tRSsDS(_, _, _, ds_stage));
+      if constexpr (kDsByAddress) {
+        // (the lane's 32 values in the copy's order: 16 packed pairs, four per stmatrix)
+        Tensor src = recast<uint32_t>(r2s_thr.retile_S(tOrDS));
+        static_assert(decltype(size(src))::value == 16, "16 packed pairs per lane");
+        const uint32_t a = ds_addr0 + ds_stage * kDsStageBytes;
+        CUTLASS_PRAGMA_UNROLL
+        for (int k = 0; k < 4; ++k)
+          stmatrix_x4(a ^ uint32_t(32 * k), src(4 * k), src(4 * k + 1), src(4 * k + 2),
+                      src(4 * k + 3));
+      } else if constexpr (Traits::kDqHere) {
+        copy(r2s, r2s_thr.retile_S(tOrDS), tRSsDS(_, _, _, ds_stage));
+      }
       if constexpr (kGProj && Traits::kDqHere) copy(r2s, r2s_thr.retile_S(tOrP), tRSsPT(_, _, _, ds_stage));
       wg_gemm<false>(mma_kv, make_tensor(tOrP.data(), acc_to_a_layout(tSrS.layout())),
                      tKVrDOt(_, _, _, rd.index()), tdVrdV);  // dV += P~^T dO
@@ -896,9 +963,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       }
       rd_prev = rd;
       ++rd;
+      cur_h = next_h;
+      cur_mb = next_mb;
 
       if constexpr (kGProj) {
-        if (it % tiles_per_head == tiles_per_head - 1) {  // the head's last tile: rank-one
+        if (mb == mb_stop - 1) {  // the head's last tile: rank-one
           const T* cq = reinterpret_cast<const T*>(p.q_shift) + (int64_t(b) * p.heads + h) * kHeadDim;
           Tensor dk_rc = make_tensor(tdKrdK.data(), acc_rowcol(tdKrdK.layout()));
           Tensor dkc_rc = make_tensor(tdKcdK.data(), acc_rowcol(tdKcdK.layout()));
@@ -1007,10 +1076,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 }
 
 template <typename T, int kHeadDim, bool kGProj, int kAParts = 3, bool kDqHere = !kGProj,
-          int kMmaWGs = 2, int kBlockM = 64, bool kDqPerWg = false, bool kDqSplitM = false>
+          int kMmaWGs = 2, int kBlockM = 64, bool kDqPerWg = false, bool kDqSplitM = false,
+          int kFa3Ab = 0>
 void run_bwd_kv(const AttnParams& p, int total_q, int total_k) {
   using Traits = BwdKvTraits<T, kHeadDim, kGProj, kAParts, kDqHere, kMmaWGs, kBlockM, kDqPerWg,
-                             kDqSplitM>;
+                             kDqSplitM, kFa3Ab>;
   BwdKvParams<Traits> prm;
   auto tma_q = set_kv_pass_tmas<Traits>(prm, p, total_q, total_k);
   prm.tma_qc = kGProj ? tma_q(p.q_centered, p.qc_stride) : prm.tma_q;

@@ -329,6 +329,15 @@ __device__ __forceinline__ void cp_async_zfill(V* smem, const V* gmem, bool ok) 
                "n"(int(sizeof(V))), "r"(ok ? int(sizeof(V)) : 0) : "memory");
 }
 
+// stmatrix of four 8x8 blocks of 16-bit values (not transposed): each lane holds one packed pair
+// per block (a, b, c, d) and gives the shared address of one 16-byte block row (lanes 8i..8i+7
+// the rows of block i), as cute's SM90_U32x4_STSM_N with a 32-bit address taken beforehand.
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t a, uint32_t b, uint32_t c,
+                                            uint32_t d) {
+  asm volatile("stmatrix.sync.aligned.x4.m8n8.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
+               "r"(a), "r"(b), "r"(c), "r"(d));
+}
+
 // A warpgroup's slice of a TiledMma, for the fragments of its shared-memory operands (the GMMA
 // descriptors). Indexed by the warpgroup, which canonical_warp_group_idx broadcasts with a
 // shuffle, so the compiler knows the value is warp-uniform and builds the descriptors in uniform

@@ -1330,6 +1330,42 @@ def test_hopper_kv_backward(numerics, dtype, causal, window, shape, variant, d, 
     check_hopper_backward(q, k, v, do, numerics, causal, window, monkeypatch)
 
 
+@pytest.mark.parametrize("d,gqa", [(128, False), (64, False), (128, True)],
+                         ids=["d128", "d64", "d128-gqa"])
+def test_fa3_backward_grouped_grid_changes_no_dk_dv_bit(d, gqa, monkeypatch):
+    """Since session 37 fa3 mode's KV-outer pass (d = 64 / 128) runs its blocks by groups of
+    (sequence, kv head) pairs under a causal mask from N = 4k where the grid is longer than four
+    waves (BwdKvTraits::kGroupedGrid; GPROJ_BWD_VARIANT=19: pair after pair, as before). A block's dK
+    and dV are its own keys' sums over the same query tiles in the same order either way:
+    bitwise equal; dQ is added across blocks in another order (fp32 reduce-adds): close. Both
+    against float64 too. 20 pairs of 33-65 key blocks of 64-128 keys with a partial last
+    block: 660-1300 blocks, more than four waves of 132 SMs."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("needs a Hopper GPU")
+    b, n, h = 2, 4100 if d == 128 else 8260, 10
+    hk = 2 if gqa else h
+    g = torch.Generator(device=DEV).manual_seed(1937 + d + int(gqa))
+    q, do = rand(b, n, h, d, g=g), rand(b, n, h, d, g=g)
+    k, v = rand(b, n, hk, d, g=g), rand(b, n, hk, d, g=g)
+    s = d ** -0.5
+    out, _, st = forward_cuda(q, k, v, None, None, n, n, s, -1, 0, "fa3")
+    got = {}
+    for var in ("0", "19"):
+        monkeypatch.setenv("GPROJ_BWD_VARIANT", var)
+        got[var] = backward_cuda(do, q, k, v, out, st, None, None, n, n, s, -1, 0, "fa3",
+                                 hopper=True)
+    monkeypatch.delenv("GPROJ_BWD_VARIANT")
+    for i in (1, 2):  # dK, dV
+        assert torch.isfinite(got["0"][i]).all() and torch.equal(got["0"][i], got["19"][i]), i
+    assert row_rel_err(got["0"][0], got["19"][0]) < 1e-3
+    # and right: under the causal mask the first 256 queries of sequence 0 see only its first
+    # 256 keys, so their dQ is that of the 256 x 256 problem, against float64
+    sl = slice(0, 256)
+    rq, rk, rv = (t[:1, sl].double() for t in (q, k, v))
+    ref = reference.attention_grads(rq, rk, rv, do[:1, sl].double(), causal=True)
+    assert row_rel_err(got["0"][0][:1, sl], ref[2]) < 2e-2
+
+
 @pytest.mark.parametrize("numerics,dtype", [("fa3", torch.bfloat16), ("fa3", torch.float16),
                                             ("gproj", torch.bfloat16)],
                          ids=["fa3-bf16", "fa3-fp16", "gproj-bf16"])

@@ -139,9 +139,12 @@ inline int fwd_ab() {
 //  18: (fa3 mode, d = 128) the 64-row pass waiting for dP before computing P and forming lse2
 //      from the stats (the default until session 37) instead of computing P under dP with lse2
 //      from rowstate, as FlashAttention-3's backward does (BwdKvTraits::kFa3Ab).
+//  19: (fa3 mode, every head dim but 256) the KV-outer pass's blocks pair after pair under a
+//      causal-like mask (the default until session 37) instead of by groups of pairs
+//      (BwdKvTraits::kGroupedGrid).
 // (13 and 14 measured 7-17% slower than the default, session 26: kept for the record and A/B.)
 inline int bwd_variant() {
-  return env_int_in("GPROJ_BWD_VARIANT", 3, 18);
+  return env_int_in("GPROJ_BWD_VARIANT", 3, 19);
 }
 
 // Whether the gproj Hopper backward rounds A once and projects dK (needs dk_unprojected, dk_keysum).

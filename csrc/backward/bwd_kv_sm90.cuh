@@ -131,6 +131,19 @@ struct BwdKvTraits {
   // a 16-byte {delta, lse2} pair split by ptxas into two scalar loads in each: 16 loads a tile
   // instead of 32, as FlashAttention-3's separate LSE and dPsum buffers)
   static constexpr bool kRowsSplit = kLse2InRowstate;
+  // fa3 mode: under a causal-like mask, grids of more than kGlobalWaves waves go by groups of
+  // (sequence, kv head) pairs whose Q, dO and dq_accum fit half of L2, each group's longest key
+  // blocks first, then its next longest, ... (tile_grid / grid_tile's groups, the forward's since
+  // session 32; FlashAttention-3's backward orders its blocks alike, by sections of heads filling
+  // 40 MB), instead of pair after pair (GPROJ_BWD_VARIANT=19), whose last pair's longest blocks
+  // start when the other SMs are running out of work: by a greedy-dispatch model (NOTES.md
+  // session 37) the grid's end 5.3-6.5% past the mean SM's at d = 128 causal 2k-8k (64 x 128
+  // tiles), 0.8-2.6% grouped; d = 64 2.5-2.8% and 0.4-1.1%; 16k alike either way. Measured
+  // (interleaved, whole fa3 backward, grouped against pair after pair): d = 128 causal 4k and 8k
+  // -1.8%, 16k +0.2% (one pair per group there), GQA 4k -0.5%, but 2k +1.3% (d = 64 2k +2.2%):
+  // so from N = 4k only. gproj keeps pair after pair: its passes fill that tail under each
+  // other (session 32).
+  static constexpr bool kGroupedGrid = !kGProj_;
   using Element = typename CuteElement<T_>::type;
   // With no dS~ / dQ buffers the shared memory holds a third Q / dO / Q' stage (two measured the
   // same, within 2%: NOTES.md session 6).
@@ -314,7 +327,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   // (varlen: a grid of slots, every warp finding its block's tile by slot_tile, from L1)
   const GridTile gt =
       p.slot_rows ? slot_tile(p, reinterpret_cast<const int*>(p.cu_seqlens_k), p.heads_k, false)
-                  : grid_tile(p, /*longest_last=*/false);
+                  : grid_tile<Traits::kGroupedGrid>(p, /*longest_last=*/false);
   const int n_block = gt.tile, hk = gt.head, b = gt.batch;
   const SeqBounds seq(p, b);
   const int n0 = n_block * kBlockN;
@@ -1089,8 +1102,15 @@ void run_bwd_kv(const AttnParams& p, int total_q, int total_k) {
   const int tiles = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
   if (tiles == 0) return;
   dim3 grid;
-  if (!slot_grid(prm.p, Traits::kBlockN, total_k, p.heads_k, grid))
-    grid = tile_grid(prm.p, tiles, p.heads_k, p.batch);
+  if (!slot_grid(prm.p, Traits::kBlockN, total_k, p.heads_k, grid)) {
+    // (fa3 mode, kGroupedGrid from N = 4k: a pair's Q, dO and dq_accum, over its kv head's
+    // query heads)
+    const int64_t group_bytes =
+        Traits::kGroupedGrid && p.seqlen_q >= 4096 && bwd_variant() != 19
+            ? int64_t(p.seqlen_q) * kHeadDim * (2 * int(sizeof(T)) + 4) * (p.heads / p.heads_k)
+            : 0;
+    grid = tile_grid(prm.p, tiles, p.heads_k, p.batch, group_bytes);
+  }
   launch_sm90(kernel, grid, Traits::kNumThreads, smem, prm, p, "KV-outer backward (sm90)",
               /*programmatic=*/Traits::kWaitsForRows && p.pair_counters != 0 &&
                   bwd_variant() != 12);

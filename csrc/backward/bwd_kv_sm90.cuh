@@ -561,9 +561,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   // Through cute's copy, with the stage a run-time index, every tile recomputed the four swizzled
   // stmatrix addresses with 64-bit generic arithmetic: ~35 instructions a tile (SASS, session
   // 37; FlashAttention-3's take one base register). The lane's four row addresses are its first
-  // one XOR 32 k bytes (k = 0..3: the swizzle moves a 16-byte row within its 128-byte line;
-  // checked on the host for every lane of this layout, session 37), and stage s is at + s *
-  // kDsStageBytes, which moves no bit the swizzle reads (bits 4-9 of a 1024-aligned buffer).
+  // one XOR 32 k bytes (k = 0..3: the swizzle moves a 16-byte row within its 128-byte line), and
+  // stage s is at + s * kDsStageBytes, which moves no bit the swizzle reads (bits 4-9 of a
+  // 1024-aligned buffer); tests/host/ds_store_addresses.cu checks both against CuTe's partition
+  // for every lane.
   constexpr bool kDsByAddress = Traits::kDqHere && !kGProj && kBlockM == 64 && !Traits::kDqPerWg;
   constexpr int kDsStageBytes = kBlockM * kBlockN * int(sizeof(Element));
   static_assert(kDsStageBytes % 1024 == 0, "a dS~ stage moves no swizzled address bit");

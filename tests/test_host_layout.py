@@ -10,36 +10,30 @@ from gproj_cuda._toolchain import cutlass_include, find_nvcc
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def test_dq_accum_layout_matches_cute(tmp_path):
-    """csrc/common/tile.cuh's dq_accum tile layout against CuTe's WGMMA accumulator partition
-    (tests/host/dq_accum_layout.cu says what is checked)."""
+def build_and_run(tmp_path, name):
+    """Compile tests/host/NAME.cu for the host and run it; it must print "all checks passed"."""
     nvcc, inc = find_nvcc(), cutlass_include()
     if nvcc is None or inc is None:
         pytest.skip("needs nvcc and the nvidia-cutlass headers")
-    exe = tmp_path / "dq_accum_layout"
+    exe = tmp_path / name
     build = subprocess.run(
         [nvcc, "-std=c++17", "-O1", "--expt-relaxed-constexpr", "-I", inc,
-         os.path.join(ROOT, "tests", "host", "dq_accum_layout.cu"), "-o", str(exe)],
+         os.path.join(ROOT, "tests", "host", name + ".cu"), "-o", str(exe)],
         capture_output=True, text=True, timeout=600)
     assert build.returncode == 0, build.stderr[-3000:]
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-1000:]
     assert "all checks passed" in run.stdout
+
+
+def test_dq_accum_layout_matches_cute(tmp_path):
+    """csrc/common/tile.cuh's dq_accum tile layout against CuTe's WGMMA accumulator partition
+    (tests/host/dq_accum_layout.cu says what is checked)."""
+    build_and_run(tmp_path, "dq_accum_layout")
 
 
 def test_fa3_ds_store_addresses_match_cute(tmp_path):
     """The fa3-mode KV-outer pass's dS~ stmatrix addresses (csrc/backward/bwd_kv_sm90.cuh,
     kDsByAddress: a lane's base XOR 32 k, stage by stage) against CuTe's partition of the kernel's
     own layout and copy (tests/host/ds_store_addresses.cu says what is checked)."""
-    nvcc, inc = find_nvcc(), cutlass_include()
-    if nvcc is None or inc is None:
-        pytest.skip("needs nvcc and the nvidia-cutlass headers")
-    exe = tmp_path / "ds_store_addresses"
-    build = subprocess.run(
-        [nvcc, "-std=c++17", "-O1", "--expt-relaxed-constexpr", "-I", inc,
-         os.path.join(ROOT, "tests", "host", "ds_store_addresses.cu"), "-o", str(exe)],
-        capture_output=True, text=True, timeout=600)
-    assert build.returncode == 0, build.stderr[-3000:]
-    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-1000:]
-    assert "all checks passed" in run.stdout
+    build_and_run(tmp_path, "ds_store_addresses")

@@ -16,17 +16,10 @@
 #include <cutlass/gemm/collective/builders/sm90_common.inl>
 
 #include "../../csrc/common/tile.cuh"
+#include "host_check.h"
 
 using namespace cute;
 
-static int failures = 0;
-#define CHECK(cond, ...)                        \
-  do {                                          \
-    if (!(cond)) {                              \
-      if (failures < 10) std::printf(__VA_ARGS__); \
-      ++failures;                               \
-    }                                           \
-  } while (0)
 
 template <int D>
 void check_head_dim() {

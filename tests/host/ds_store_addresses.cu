@@ -11,17 +11,9 @@
 #include <cstdint>
 
 #include "../../csrc/backward/bwd_kv_sm90.cuh"
+#include "host_check.h"
 
 using namespace cute;
-
-static int failures = 0;
-#define CHECK(cond, ...)                           \
-  do {                                             \
-    if (!(cond)) {                                 \
-      if (failures < 10) std::printf(__VA_ARGS__); \
-      ++failures;                                  \
-    }                                              \
-  } while (0)
 
 template <typename T>
 void check_type(const char* name) {

@@ -138,3 +138,28 @@ def test_hopper_kernels_address_shared_memory_explicitly(kernels):
     explicit, it made that backward 4-6% faster (bench/NOTES.md session 19)."""
     generic = [k for k, c in kernels.items() if "sm90" in k and (c["LD"] or c["ST"])]
     assert not generic, f"Hopper kernels with generic LD / ST: {generic}"
+
+
+def test_sass_loop_reads_loops_and_skips():
+    """scripts/sass_loop.py's parsing on a hand-written SASS fragment: one loop (the branch back
+    to 0x0010), its opcode histogram with and without the range a forward branch skips."""
+    import sass_loop
+    text = """
+        Function : _Z1kv
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+        /*0010*/                   HGMMA.64x64x16.F32.BF16 R24, gdesc[UR4], R24 ;
+        /*0020*/              @!P0 BRA 0x50 ;
+        /*0030*/                   FSEL R2, R3, RZ, P1 ;
+        /*0040*/                   FSEL R4, R5, RZ, P1 ;
+        /*0050*/                   MUFU.EX2 R6, R6 ;
+        /*0060*/               @P2 BRA 0x10 ;
+        /*0070*/                   EXIT ;
+    """.splitlines()
+    instrs = sass_loop.parse(text)["_Z1kv"]
+    assert len(instrs) == 8
+    assert sass_loop.loops(instrs) == [(0x10, 0x60)]
+    n, hist = sass_loop.histogram(instrs, 0x10, 0x60)
+    assert n == 6 and hist["FSEL"] == 2 and hist["BRA"] == 2 and hist["HGMMA"] == 1
+    assert sass_loop.forward_skips(instrs, 0x10, 0x60) == [(0x20, 0x50)]
+    n, hist = sass_loop.histogram(instrs, 0x10, 0x60, exclude=[(0x30, 0x50)])
+    assert n == 4 and "FSEL" not in hist

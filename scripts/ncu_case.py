@@ -32,12 +32,9 @@ def main():
         print(f"upstream FA3 forward N={n} d={d} causal={causal}: ok")
         return
     if numerics == "upstream_bwd":
-        import importlib.util
         import flash_attn_interface
-        path = os.path.join(os.environ["FA3_BWD_DIR"], "fa3bwd.py")
-        spec = importlib.util.spec_from_file_location("fa3bwd", path)
-        fa3bwd = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(fa3bwd)
+        from bwd_ab import load_fa3_backward
+        fa3bwd = load_fa3_backward(os.environ["FA3_BWD_DIR"])
         out, lse = flash_attn_interface._flash_attn_forward(q, k, v, softmax_scale=s,
                                                             causal=causal)[:2]
         for _ in range(2):

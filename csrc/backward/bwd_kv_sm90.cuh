@@ -125,12 +125,11 @@ struct BwdKvTraits {
   static_assert(kFa3Ab_ == 0 || (!kGProj_ && kDqHere_ && kBlockM_ == 64),
                 "the A/B bits are for fa3 mode's 64-row pass");
   static constexpr int kFa3Ab = kFa3Ab_;
+  // With lse2 from rowstate, delta and lse2 of a tile's rows sit in two arrays (row_delta,
+  // row_lse2), so that a lane's column pair reads each as one 8-byte shared load, in the P and
+  // the dS pass, instead of a 16-byte {delta, lse2} pair split by ptxas into two scalar loads in
+  // each: 16 loads a tile instead of 32, as FlashAttention-3's separate LSE and dPsum buffers.
   static constexpr bool kLse2InRowstate = !kGProj_ && !(kFa3Ab_ & 2);
-  // (fa3 mode with lse2 from rowstate: delta and lse2 of a tile's rows in two arrays, so that a
-  // lane's column pair reads each as one 8-byte shared load, in the P and the dS pass, instead of
-  // a 16-byte {delta, lse2} pair split by ptxas into two scalar loads in each: 16 loads a tile
-  // instead of 32, as FlashAttention-3's separate LSE and dPsum buffers)
-  static constexpr bool kRowsSplit = kLse2InRowstate;
   // fa3 mode: under a causal-like mask, grids of more than kGlobalWaves waves go by groups of
   // (sequence, kv head) pairs whose Q, dO and dq_accum fit half of L2, each group's longest key
   // blocks first, then its next longest, ... (tile_grid / grid_tile's groups, the forward's since
@@ -278,9 +277,11 @@ struct BwdKvTraits {
     // (16-byte aligned: a lane reads two adjacent queries' state at once)
     // {raw score max, log2 row sum} (stats); not read where lse2 comes from rowstate
     alignas(16) float2 row_st[kRowCopies][2][kLse2InRowstate ? 2 : kBlockM];
-    alignas(16) float2 row_dl[kRowCopies][2][kAFromFp32 || kRowsSplit ? 2 : kBlockM];  // {delta, lambda hi}
-    alignas(16) float row_delta[kRowCopies][2][kRowsSplit ? kBlockM : 2];  // kRowsSplit: delta
-    alignas(16) float row_lse2[kRowCopies][2][kRowsSplit ? kBlockM : 2];   // ... and lse2
+    // {delta, lambda hi} (gproj's two- and three-part forms; fa3 mode with lse2 from the stats)
+    alignas(16) float2 row_dl[kRowCopies][2][kAFromFp32 || kLse2InRowstate ? 2 : kBlockM];
+    // fa3 mode, lse2 from rowstate: delta and lse2 apart
+    alignas(16) float row_delta[kRowCopies][2][kLse2InRowstate ? kBlockM : 2];
+    alignas(16) float row_lse2[kRowCopies][2][kLse2InRowstate ? kBlockM : 2];
     alignas(16) float row_lo[kRowCopies][2][kGProj && !kAFromFp32 ? kBlockM : 2];  // lambda lo
     // kAFromFp32: delta + lambda (rowstate's fourth slot), the one row value A needs
     alignas(16) float row_dlam[kRowCopies][2][kAFromFp32 ? kBlockM : 2];
@@ -615,7 +616,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
           cp_async_zfill(&ss.row_st[row_copy][it & 1][slot], reinterpret_cast<const float2*>(p.stats) + idx, ok);
         if constexpr (Traits::kAFromFp32) {
           cp_async_zfill(&ss.row_dlam[row_copy][it & 1][slot], rs + 3, ok);
-        } else if constexpr (Traits::kRowsSplit) {
+        } else if constexpr (Traits::kLse2InRowstate) {
           cp_async_zfill(&ss.row_delta[row_copy][it & 1][slot], rs, ok);
           cp_async_zfill(&ss.row_lse2[row_copy][it & 1][slot], rs + 1, ok);
         } else {
@@ -774,7 +775,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
             dp_rc(r, j) = s_rc(r, j) * (dp_rc(r, j) - dlam.x);
             dp_rc(r, j + 1) = s_rc(r, j + 1) * (dp_rc(r, j + 1) - dlam.y);
           }
-        } else if constexpr (Traits::kRowsSplit) {
+        } else if constexpr (Traits::kLse2InRowstate) {
           const float2 dl = *reinterpret_cast<const float2*>(&row_delta[get<1>(c_rc(0, j))]);
           CUTLASS_PRAGMA_UNROLL
           for (int r = 0; r < kRows; ++r) {

@@ -309,6 +309,34 @@ def _reduce_adds_dq(numerics: str, d: int = 128) -> bool:
 
 # Keys per slot of the dK key sums (csrc/prepost/dk_project.cuh, kKeysumSlot).
 DK_KEYSUM_SLOT = 64
+# Keys per tile of the split group's dK / dV sums (csrc/api/params.h, kDkvTileKeys).
+DKV_TILE_KEYS = 128
+
+
+def _kv_head_splits(numerics: str, q: Tensor, k: Tensor, varlen: bool) -> int:
+    """Over how many blocks per key tile fa3 mode's Hopper backward splits a kv head's query
+    heads (AttnParams::kv_head_splits; 1: one block walks the whole group). Not yet a default
+    (session 38, written without a GPU): GPROJ_BWD_VARIANT=22 splits it per query head, as
+    FlashAttention-3's GQA backward runs, or GPROJ_BWD_KV_SPLITS=S into S shares (S divides the
+    group); dense inputs, d = 64 / 128 only."""
+    group = q.shape[-2] // k.shape[-2]
+    if numerics != "fa3" or varlen or q.shape[-1] not in (64, 128) or group == 1:
+        return 1
+    env = os.environ.get("GPROJ_BWD_KV_SPLITS")
+    if env:
+        splits = int(env)
+        if splits < 1 or group % splits:
+            raise ValueError(f"GPROJ_BWD_KV_SPLITS={env}: must divide the query heads per kv "
+                             f"head ({group})")
+        return splits
+    return group if os.environ.get("GPROJ_BWD_VARIANT") == "22" else 1
+
+
+def _dkv_accum_bytes(p) -> int:
+    """Bytes of the split group's dK / dV sums and counters (csrc/api/params.h,
+    hopper_dkv_accum_bytes)."""
+    tiles = p.batch * p.heads_k * ((p.seqlen_k + DKV_TILE_KEYS - 1) // DKV_TILE_KEYS)
+    return tiles * (2 * DKV_TILE_KEYS * p.head_dim * 4 + 4)
 
 
 def _projects_dk(numerics: str) -> bool:
@@ -406,6 +434,12 @@ def backward_cuda(dout, q, k, v, out, stats, cu_q, cu_k, max_q, max_k, scale, wl
             keysum = torch.empty(p.batch * p.heads_k * slots * (p.head_dim + 1),
                                  dtype=torch.float64, device=q.device)
             p.dk_keysum = keysum.data_ptr()
+        splits = _kv_head_splits(numerics, q, k, varlen)
+        if splits > 1:  # (zeroed by the launch)
+            p.kv_head_splits = splits
+            p.dkv_accum_bytes = _dkv_accum_bytes(p)
+            dkv_accum = torch.empty(p.dkv_accum_bytes // 4, dtype=torch.float32, device=q.device)
+            p.dkv_accum = dkv_accum.data_ptr()
         # two per (sequence, kv head): the rows and keys each pass has finished, which the next
         # pass, started under its last wave, waits for (csrc/api/params.h, csrc/common/pdl.cuh);
         # the launch zeroes them

@@ -9,7 +9,8 @@ Usage: python scripts/bwd_ab.py VARIANTS [d,N[,causal][,gqa] ...]   e.g.  0,4  1
 AB_ENV=NAME makes VARIANTS values of that switch instead (e.g. AB_ENV=GPROJ_TILE_ORDER 0,2).
 AB_LIB=PATH adds "fa3 lib" and "gproj lib": the same backward through another build of the
 extension (e.g. the previous commit's .so), with its own forward's softmax state.
-AB_FA3_VARIANTS=0,9 runs fa3 mode with those GPROJ_BWD_VARIANT values (default: 0 only).
+AB_FA3_VARIANTS=0,9 runs fa3 mode with those GPROJ_BWD_VARIANT values (default: 0 only); a value
+VsS (e.g. 20s2) also sets GPROJ_BWD_KV_SPLITS=S for its calls (fa3 mode's GQA group in S shares).
 AB_FA3_BWD=DIR adds "FA3": FlashAttention-3's own backward, built from its upstream source as a
 standalone library (DIR holds its ctypes wrapper fa3bwd.py and libfa3bwd.so; bench/fa3_bwd/README.md
 says how to build it), fed by FlashAttention-3's forward wheel (flash_attn_interface) on the same
@@ -48,9 +49,14 @@ def candidates(c, variants, lib=None, fa3_variants=("0",)):
         out, _, st, ks = forward_cuda(q, k, v, None, None, n, n, s, -1, wr, m, return_k_shift=True)
         if os.environ.get("AB_NO_SHIFT") == "1":
             ks = None
-        for var in (fa3_variants if m == "fa3" else variants):
-            cands.append((f"{m} v{var}", var, lambda m=m, out=out, st=st, ks=ks: backward_cuda(
-                do, q, k, v, out, st, None, None, n, n, s, -1, wr, m, hopper=True, k_shift=ks)))
+        for tok in (fa3_variants if m == "fa3" else variants):
+            # "VsS": variant V with GPROJ_BWD_KV_SPLITS=S (fa3 mode's split GQA group)
+            var, _, splits = tok.partition("s")
+            cands.append((f"{m} v{tok}", var,
+                          lambda m=m, out=out, st=st, ks=ks, splits=splits: with_splits(
+                              splits, lambda: backward_cuda(do, q, k, v, out, st, None, None, n,
+                                                            n, s, -1, wr, m, hopper=True,
+                                                            k_shift=ks))))
         if lib:
             out_l, _, st_l = lib(forward_cuda)(q, k, v, None, None, n, n, s, -1, wr, m)
             var = (fa3_variants if m == "fa3" else variants)[0]
@@ -63,6 +69,19 @@ def candidates(c, variants, lib=None, fa3_variants=("0",)):
         out_f, lse_f = fo[0], fo[1]
         cands.append(("FA3", None, lambda: fa3_bwd.backward(q, k, v, out_f, do, lse_f, c.causal, s)))
     return cands
+
+
+def with_splits(splits, fn):
+    """fn() with GPROJ_BWD_KV_SPLITS=splits ("" : unset), restored after."""
+    old = os.environ.pop("GPROJ_BWD_KV_SPLITS", None)
+    if splits:
+        os.environ["GPROJ_BWD_KV_SPLITS"] = splits
+    try:
+        return fn()
+    finally:
+        os.environ.pop("GPROJ_BWD_KV_SPLITS", None)
+        if old is not None:
+            os.environ["GPROJ_BWD_KV_SPLITS"] = old
 
 
 def load_fa3_backward(path):

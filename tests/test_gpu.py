@@ -1305,21 +1305,26 @@ def check_hopper_backward(q, k, v, do, numerics, causal, window, monkeypatch):
 @pytest.mark.parametrize("shape", [(2, 257, 300, 4, 2), (1, 1000, 1000, 2, 2), (3, 64, 17, 8, 1)],
                          ids=["gqa", "square", "mqa"])
 @pytest.mark.parametrize("variant", ["0", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12",
-                                     "13", "14", "15", "18"],
+                                     "13", "14", "15", "18", "20", "21", "22"],
                          ids=["default", "three-parts", "dq-in-kv", "kv-3wg", "two-parts",
                               "qouter-64keys", "qouter-128keys", "kv-64rows", "kv-96rows",
                               "passes-in-turn", "counted-in-turn", "dq-per-wg-64", "dq-per-wg-128",
-                              "dq-split-headdim", "dp-before-p-128"])
+                              "dq-split-headdim", "dp-before-p-128", "tiles-outer-gqa",
+                              "tiles-outer-all", "per-query-head"])
 @pytest.mark.parametrize("d", [64, 128])
 def test_hopper_kv_backward(numerics, dtype, causal, window, shape, variant, d, monkeypatch):
     """The Hopper backward (csrc/backward/bwd_kv_sm90.cuh, bwd_lambda_sm90.cuh, d=64/128;
-    GPROJ_BWD_VARIANT 0, 3-15 and 18) against the float64 reference (within 1.5x the emulator's error)
-    and the mma.sync passes. Query head 0 and kv head 0 carry an offset of 6: the centering
+    GPROJ_BWD_VARIANT 0, 3-15, 18 and 20-22) against the float64 reference (within 1.5x the
+    emulator's error) and the mma.sync passes. Query head 0 and kv head 0 carry an offset of 6: the centering
     removes a coordinate's shift c only where every value lies in [c/2, 2c] = [3, 12], which
     N(0,1) + 6 over a few hundred rows rarely does, so most coordinates keep it; a form that
     relies on the centering to hide a rounding residual leaks there (bench/NOTES.md session 17)."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("needs a Hopper GPU")
+    if variant in ("20", "21") and (numerics != "fa3" or not (causal or window[1] >= 0)):
+        pytest.skip(f"variant {variant} changes only fa3 mode's order under a causal-like mask")
+    if variant == "22" and (numerics != "fa3" or shape[3] == shape[4]):
+        pytest.skip("variant 22 splits only fa3 mode's GQA groups")
     monkeypatch.setenv("GPROJ_BWD_VARIANT", variant)
     b, nq, nk, h, hk = shape
     g = torch.Generator(device=DEV).manual_seed(nq + nk + int(causal))
@@ -1364,6 +1369,60 @@ def test_fa3_backward_grouped_grid_changes_no_dk_dv_bit(d, gqa, monkeypatch):
     rq, rk, rv = (t[:1, sl].double() for t in (q, k, v))
     ref = reference.attention_grads(rq, rk, rv, do[:1, sl].double(), causal=True)
     assert row_rel_err(got["0"][0][:1, sl], ref[2]) < 2e-2
+
+
+@pytest.mark.parametrize("d,variant,splits,varlen", [
+    (64, "20", None, False), (128, "20", None, False), (128, "20", None, True), (128, "21", None, False), (128, "21", None, True),
+    (64, "22", None, False), (128, "22", None, False), (128, "0", "2", False),
+    (128, "20", "2", False), (64, "20", "4", False)],
+    ids=["tiles-outer-d64", "tiles-outer-d128", "tiles-outer-varlen",
+         "tiles-outer-all", "tiles-outer-all-varlen", "per-head-d64", "per-head-d128",
+         "halves-d128", "halves-tiles-outer", "quarters-tiles-outer-d64"])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+def test_fa3_backward_gqa_work_orders(d, variant, splits, varlen, causal, monkeypatch):
+    """Session 38's GQA forms of fa3 mode's KV-outer pass against its default: variants 20 / 21,
+    a block's items tile-major (from its last query tile down, the kv head's query heads inner:
+    KeyBlockWork::tiles_outer) under a causal mask with GQA (20) or always (21); variant 22 and
+    GPROJ_BWD_KV_SPLITS=S, the kv head's query heads split over S blocks per key tile (22: one
+    per query head) whose fp32 dK / dV partials are summed in a workspace and stored by the
+    tile's last block (AttnParams::kv_head_splits). Many tiles per block (eight query heads of
+    ~940-1000 rows, partial last tiles, several sequences): the same sums in another order, so
+    dQ, dK and dV within bf16 rounding of the default's, and against float64 within 1.5x the
+    emulator's error."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("needs a Hopper GPU")
+    if variant in ("20", "21") and splits is None and not causal:
+        pytest.skip("the tile-major order is taken only under a causal-like mask")
+    g = torch.Generator(device=DEV).manual_seed(3800 + d + int(varlen) + int(causal))
+    h, hk = 8, 8 if variant == "21" else 2
+    if varlen:
+        cu = torch.tensor([0, 1000, 1000, 1130, 2030], dtype=torch.int32, device=DEV)
+        q, do = rand(2030, h, d, g=g), rand(2030, h, d, g=g)
+        k, v = rand(2030, hk, d, g=g), rand(2030, hk, d, g=g)
+        kw = dict(cu_q=cu, cu_k=cu, max_q=1000, max_k=1000)
+    else:
+        q, do = rand(2, 937, h, d, g=g), rand(2, 937, h, d, g=g)
+        k, v = rand(2, 937, hk, d, g=g), rand(2, 937, hk, d, g=g)
+        kw = {}
+    got = {}
+    for var, sp in (("0", None), (variant, splits)):
+        monkeypatch.setenv("GPROJ_BWD_VARIANT", var)
+        if sp is None:
+            monkeypatch.delenv("GPROJ_BWD_KV_SPLITS", raising=False)
+        else:
+            monkeypatch.setenv("GPROJ_BWD_KV_SPLITS", sp)
+        got[(var, sp)] = run_kernels(q, k, v, do, numerics="fa3", causal=causal, hopper=True,
+                                     **kw)
+    monkeypatch.delenv("GPROJ_BWD_VARIANT")
+    monkeypatch.delenv("GPROJ_BWD_KV_SPLITS", raising=False)
+    new, base = got[(variant, splits)], got[("0", None)]
+    for name, i in (("dq", 2), ("dk", 5), ("dv", 4)):
+        a, b = new[i].double(), base[i].double()
+        assert torch.isfinite(a).all(), name
+        diff = (a - b).norm() / b.norm()
+        assert diff < 4e-3, f"{name}: against the default {diff:.2e}"
+    check_close_to_emulator(q, k, v, do, new, numerics="fa3", causal=causal,
+                            cu_q=kw.get("cu_q"), cu_k=kw.get("cu_k"))
 
 
 @pytest.mark.parametrize("numerics,dtype", [("fa3", torch.bfloat16), ("fa3", torch.float16),

@@ -37,3 +37,10 @@ def test_fa3_ds_store_addresses_match_cute(tmp_path):
     kDsByAddress: a lane's base XOR 32 k, stage by stage) against CuTe's partition of the kernel's
     own layout and copy (tests/host/ds_store_addresses.cu says what is checked)."""
     build_and_run(tmp_path, "ds_store_addresses")
+
+
+def test_kv_item_cursor_matches_key_block_work(tmp_path):
+    """The KV-outer consumers' item cursor against KeyBlockWork::head / tile (the producer's and
+    the dQ writer's), head-major and tile-major (tests/host/kv_item_order.cu says what is
+    checked)."""
+    build_and_run(tmp_path, "kv_item_order")

@@ -173,3 +173,36 @@ def test_eager_path_leaves_fake_tensors_and_compile_to_the_op():
     seen.clear()
     traced = torch.jit.trace(f, (q,), check_trace=False)
     assert seen == [False] and torch.equal(traced(q), f(q))
+
+
+def test_kv_head_splits_policy(monkeypatch):
+    """Which calls split a kv head's group over several blocks per key tile in fa3 mode's Hopper
+    backward (gproj_cuda.ops._kv_head_splits; csrc/api/launch.cu refuses the rest): dense GQA at
+    d = 64 / 128 in fa3 mode, only when asked (GPROJ_BWD_VARIANT=22: per query head;
+    GPROJ_BWD_KV_SPLITS=S: S shares, S dividing the group, else a ValueError naming it); and
+    the workspace's size, which the launch checks against its own (csrc/api/params.h)."""
+    import pytest
+    from types import SimpleNamespace
+    from gproj_cuda import ops
+
+    def shapes(h, hk, d):
+        return torch.empty(2, 8, h, d), torch.empty(2, 8, hk, d)
+
+    monkeypatch.delenv("GPROJ_BWD_VARIANT", raising=False)
+    monkeypatch.delenv("GPROJ_BWD_KV_SPLITS", raising=False)
+    assert ops._kv_head_splits("fa3", *shapes(16, 2, 128), False) == 1
+    monkeypatch.setenv("GPROJ_BWD_VARIANT", "22")
+    assert ops._kv_head_splits("fa3", *shapes(16, 2, 128), False) == 8
+    assert ops._kv_head_splits("fa3", *shapes(6, 2, 64), False) == 3
+    assert ops._kv_head_splits("fa3", *shapes(16, 16, 128), False) == 1  # no GQA
+    assert ops._kv_head_splits("fa3", *shapes(16, 2, 256), False) == 1   # the d = 256 pass
+    assert ops._kv_head_splits("fa3", *shapes(16, 2, 128), True) == 1    # varlen
+    assert ops._kv_head_splits("gproj", *shapes(16, 2, 128), False) == 1
+    monkeypatch.setenv("GPROJ_BWD_KV_SPLITS", "4")
+    assert ops._kv_head_splits("fa3", *shapes(16, 2, 128), False) == 4
+    monkeypatch.setenv("GPROJ_BWD_KV_SPLITS", "3")
+    with pytest.raises(ValueError, match="GPROJ_BWD_KV_SPLITS=3: must divide"):
+        ops._kv_head_splits("fa3", *shapes(16, 2, 128), False)
+    p = SimpleNamespace(batch=3, heads_k=2, seqlen_k=300, head_dim=64)
+    # 3 x 2 x ceil(300 / 128) key tiles of 2 x 128 x 64 floats and one int32 counter each
+    assert ops._dkv_accum_bytes(p) == 18 * (2 * 128 * 64 * 4 + 4)

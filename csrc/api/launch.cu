@@ -257,8 +257,17 @@ int run_backward(const AttnParams& p, char* err, size_t err_len) {
         require_ptr(p.dk_keysum, "dk_keysum (fp64, batch x heads_k x ceil(seqlen_k / 64) x (head_dim + 1))");
         if (p.dk_unprojected % 16) fail("dk_unprojected must be 16-byte aligned");
       }
+      if (p.kv_head_splits != 1) {
+        const int group = p.heads_k > 0 ? p.heads / p.heads_k : 0;
+        if (p.kv_head_splits < 1 || group % p.kv_head_splits) fail("kv_head_splits %d: must divide the query heads per kv head (%d)", p.kv_head_splits, group);
+        if (p.numerics != int(Numerics::kFA3) || p.head_dim == 256 || varlen) fail("kv_head_splits %d: fa3 numerics, head_dim 64 or 128, dense inputs only (got numerics %d, head_dim %d, %s)", p.kv_head_splits, p.numerics, p.head_dim, varlen ? "varlen" : "dense");
+        require_ptr(p.dkv_accum, "dkv_accum (fp32 dK / dV partial sums and counters: hopper_dkv_accum_bytes, csrc/api/params.h)");
+        if (p.dkv_accum % 16) fail("dkv_accum must be 16-byte aligned");
+        if (p.dkv_accum_bytes < hopper_dkv_accum_bytes(p)) fail("dkv_accum_bytes %lld: kv_head_splits %d needs %lld", (long long)p.dkv_accum_bytes, p.kv_head_splits, (long long)hopper_dkv_accum_bytes(p));
+      }
       if (hopper_bwd_uses_dq_accum(p)) require_ptr(p.dq_accum, "dq_accum (fp32, heads x dq_accum_tiles x 64 x head_dim: csrc/common/tile.cuh; zero-filled by the λ pre-pass in gproj mode, by the delta pre-pass in fa3 mode)");
     }  // (out, dq, dk, dv and their strides: checked below as for passes 1 and 2)
+    if (p.kv_head_splits != 1 && p.backward_passes != 8) fail("kv_head_splits %d: only the Hopper backward (backward_passes 8) splits a kv head's group", p.kv_head_splits);
     if (p.backward_passes == 4) {  // experimental: writes rowstate only (bwd_lambda_sm90.cuh)
       if (p.numerics != int(Numerics::kGProj)) fail("backward_passes 4 (λ pre-pass) needs gproj numerics");
       if (device_arch(p.device) < 90) fail("backward_passes 4 (λ pre-pass) needs sm_90 (Hopper)");

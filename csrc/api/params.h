@@ -74,6 +74,15 @@ struct AttnParams {
   // starts under its last wave, every block once its pair's count is complete
   // (csrc/common/pdl.cuh). 0: one after the other.
   uint64_t pair_counters = 0;
+  // Hopper backward, fa3 mode, d = 64 / 128, dense, GQA: the kv head's query heads split over
+  // kv_head_splits blocks per key tile (each adds its fp32 dK / dV partials into the tile's slot
+  // of dkv_accum; the tile's last block stores the sums; bwd_kv_common_sm90.cuh, sum_split_partials).
+  // dkv_accum: fp32 [batch][heads_k][ceil(seqlen_k / 128)][2][128 x head_dim] (dK, dV in
+  // accumulator order), then one int32 counter per key tile; dkv_accum_bytes its size (checked
+  // against hopper_dkv_accum_bytes, below); the launch zeroes it. 1: one block per key tile and kv head.
+  int kv_head_splits = 1;
+  uint64_t dkv_accum = 0;
+  int64_t dkv_accum_bytes = 0;
 
   // ---- strides in elements: {batch, row, head} ------------------------------------------
   int64_t q_stride[3] = {0, 0, 0}, k_stride[3] = {0, 0, 0}, v_stride[3] = {0, 0, 0};
@@ -104,6 +113,10 @@ struct AttnParams {
   // Set by tile_grid on a launch's copy: a 1-D grid of groups of grid_group (sequence, head)
   // pairs (0: not so), grid_tiles tiles per pair, grid_heads heads (csrc/common/tile.cuh).
   int grid_group = 0, grid_tiles = 0, grid_heads = 0;
+  // Set by fa3 mode's d = 64 / 128 KV-outer launch on its copy: 1 = a block takes its
+  // items tile-major, from its last query tile down, its group's query heads inner
+  // (KeyBlockWork, bwd_kv_common_sm90.cuh); 0 = head-major, each head's tiles in order.
+  int kv_tiles_outer = 0;
   // Set by a varlen launch on its copy: its one-tile grid is of slots of this many rows
   // (slot_grid / slot_tile, csrc/common/tile.cuh); 0: a grid of tiles, heads and batch.
   int slot_rows = 0;
@@ -124,5 +137,28 @@ struct AttnParams {
   int arch = 0;                           // set by the dispatcher: 10 * major + minor
   uint64_t stream = 0;                    // cudaStream_t
 };
+
+// dkv_accum of fa3 mode's split group (AttnParams::kv_head_splits; bwd_kv_sm90.cuh): per key tile
+// of kDkvTileKeys keys (the d = 64 / 128 KV-outer pass's blocks) and (sequence, kv head), dK's then
+// dV's fp32 partial sums in the accumulator order of the block's 256 consumer threads (value i of
+// thread t at (i / 4) * 1024 + 4 t + i % 4: float4 reductions, a warp's 512 contiguous bytes),
+// then one int32 counter per key tile. gproj_cuda/ops.py allocates hopper_dkv_accum_bytes
+// (_dkv_accum_bytes); the launch zeroes them. (Host and device: params.h is also compiled by the
+// host compiler, for the binding.)
+#ifdef __CUDACC__
+#define GPROJ_HOST_DEVICE __host__ __device__
+#else
+#define GPROJ_HOST_DEVICE
+#endif
+constexpr int kDkvTileKeys = 128;
+GPROJ_HOST_DEVICE inline int64_t dkv_key_tiles(const AttnParams& p) {
+  return int64_t(p.batch) * p.heads_k * ((p.seqlen_k + kDkvTileKeys - 1) / kDkvTileKeys);
+}
+GPROJ_HOST_DEVICE inline int64_t dkv_tile_floats(const AttnParams& p) {
+  return int64_t(2) * kDkvTileKeys * p.head_dim;
+}
+inline int64_t hopper_dkv_accum_bytes(const AttnParams& p) {
+  return dkv_key_tiles(p) * (dkv_tile_floats(p) * int64_t(sizeof(float)) + int64_t(sizeof(int)));
+}
 
 }  // namespace gproj

@@ -142,9 +142,27 @@ inline int fwd_ab() {
 //  19: (fa3 mode, every head dim but 256) the KV-outer pass's blocks pair after pair under a
 //      causal-like mask (the default until session 37) instead of by groups of pairs
 //      (BwdKvTraits::kGroupedGrid).
+//  20: (fa3 mode, d = 64 / 128, session 38) GQA under a causal-like mask: the KV-outer blocks
+//      take their items tile-major, from the last query tile down with the group's query heads
+//      inner, instead of head after head (KeyBlockWork::tiles_outer, bwd_kv_common_sm90.cuh).
+//  21: (fa3 mode, d = 64 / 128, session 38) the same order under any causal-like mask, GQA or
+//      not (with one query head per kv head: from the last query tile down).
+//  22: (fa3 mode, d = 64 / 128, dense GQA; session 38) one block per query head and key tile, as
+//      FlashAttention-3's GQA backward, instead of one per kv head walking its group: the blocks'
+//      fp32 dK / dV partials summed in a workspace, the tile's last block storing the totals
+//      (AttnParams::kv_head_splits; gproj_cuda/ops.py sets it, also from GPROJ_BWD_KV_SPLITS=S:
+//      S shares of the group per key tile, with any variant).
 // (13 and 14 measured 7-17% slower than the default, session 26: kept for the record and A/B.)
 inline int bwd_variant() {
-  return env_int_in("GPROJ_BWD_VARIANT", 3, 19);
+  return env_int_in("GPROJ_BWD_VARIANT", 3, 22);
+}
+
+// fa3 mode's KV-outer item order for a launch (AttnParams::kv_tiles_outer): tile-major under a
+// causal-like mask with GQA (variant 20) or with any group (21); else head-major. Not yet the
+// default: written in session 38 without a GPU, to be measured (bench/NOTES.md session 38).
+inline int kv_tiles_outer(const AttnParams& p) {
+  const int v = bwd_variant();
+  return p.window_right >= 0 && ((v == 20 && p.heads > p.heads_k) || v == 21) ? 1 : 0;
 }
 
 // Whether the gproj Hopper backward rounds A once and projects dK (needs dk_unprojected, dk_keysum).

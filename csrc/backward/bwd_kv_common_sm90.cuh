@@ -13,21 +13,125 @@ namespace gproj {
 namespace sm90 {
 
 // The work of a KV-outer block: every (query head of kv head hk's group, query tile of bm rows)
-// pair whose queries see some of the keys [n0, n_end), head-major (a head's tiles in order), as
-// items 0 .. n_items - 1.
+// pair whose queries see some of the keys [n0, n_end), as items 0 .. n_items - 1, in one of two
+// orders:
+// - head-major (tiles_outer false): a head's tiles in order, head after head (gproj's passes rely
+//   on it: their rank-one term closes each head on its last tile);
+// - tile-major (tiles_outer true, fa3 mode under a causal-like mask with GQA): from the last
+//   query tile down, the group's heads inner. Why: head-major, the blocks of one kv head drift
+//   apart across its query heads under a causal mask (block n spends 2 (N/128 - n) tiles on a
+//   head at d = 128), so the pair's Q, dO and dq_accum of all its heads are in flight at once:
+//   N x d x 8 bytes per query head, 32 MB per kv head at N = 4k, eight of them in the first wave
+//   of the speed grid's GQA shape (16 heads, 2 kv heads), far beyond L2. From the last tile down
+//   every block that starts together reads the same (head, tile) at the same time, whatever its
+//   range: a tile leaves L2 once, and each block's masked diagonal tiles come last. (Session 36
+//   measured what the drift costs: the same problem with K and V expanded to 16 heads ran 3-8%
+//   faster under a causal mask; bench/NOTES.md session 36 item 3.)
+// The block's query heads are head0 .. head0 + heads - 1: the kv head's whole group, or (fa3 mode,
+// AttnParams::kv_head_splits) one share of it.
 struct KeyBlockWork {
-  int hk, group, mb_min, tiles_per_head, n_items;
-  __device__ __forceinline__ KeyBlockWork(const Mask& mask, int n0, int n_end, int bm, int hk_,
-                                          int group_)
-      : hk(hk_), group(group_) {
+  int head0, heads, mb_min, tiles_per_head, n_items;
+  bool tiles_outer;
+  // query tiles [mb_min, mb_max) of each head
+  __host__ __device__ __forceinline__ KeyBlockWork(int head0_, int heads_, int mb_min_, int mb_max,
+                                                   bool tiles_outer_)
+      : head0(head0_), heads(heads_), mb_min(mb_min_), tiles_per_head(mb_max - mb_min_),
+        n_items((mb_max - mb_min_) * heads_), tiles_outer(tiles_outer_) {}
+  // the query tiles of bm rows that see some of the keys [n0, n_end)
+  __device__ __forceinline__ KeyBlockWork(const Mask& mask, int n0, int n_end, int bm, int head0_,
+                                          int heads_, bool tiles_outer_ = false)
+      : KeyBlockWork(head0_, heads_, 0, 0, tiles_outer_) {
     int mb_max;
     mask.query_blocks(n0, n_end, bm, mb_min, mb_max);
     tiles_per_head = mb_max - mb_min;
-    n_items = tiles_per_head * group;
+    n_items = tiles_per_head * heads;
   }
-  __device__ __forceinline__ int head(int it) const { return hk * group + it / tiles_per_head; }
-  __device__ __forceinline__ int tile(int it) const { return mb_min + it % tiles_per_head; }
+  __host__ __device__ __forceinline__ int head(int it) const {
+    return head0 + (tiles_outer ? it % heads : it / tiles_per_head);
+  }
+  __host__ __device__ __forceinline__ int tile(int it) const {
+    return tiles_outer ? mb_min + tiles_per_head - 1 - it / heads : mb_min + it % tiles_per_head;
+  }
 };
+
+// The consumers' walk over a KeyBlockWork's items: item it's head and query tile, then the next
+// item's by a step instead of KeyBlockWork::head / tile's division per item (~25 instructions a
+// tile on every consumer warp and as many again on the row-fetching lanes, SASS of session 37).
+// tests/host/kv_item_order.cu checks it against head / tile in both orders.
+struct ItemCursor {
+  int h, mb;
+  __host__ __device__ __forceinline__ explicit ItemCursor(const KeyBlockWork& w)
+      : h(w.head(0)), mb(w.tile(0)) {}
+  __host__ __device__ __forceinline__ ItemCursor next(const KeyBlockWork& w) const {
+    ItemCursor n = *this;
+    if (w.tiles_outer) {  // the heads inner, the tiles from the last down
+      if (++n.h == w.head0 + w.heads) {
+        n.h = w.head0;
+        --n.mb;
+      }
+    } else if (++n.mb == w.mb_min + w.tiles_per_head) {  // head-major
+      n.mb = w.mb_min;
+      ++n.h;
+    }
+    return n;
+  }
+};
+
+// fa3 mode with a kv head's query heads split over p.kv_head_splits blocks per key tile
+// (AttnParams::kv_head_splits): every consumer thread (tid of 256) adds its dK and dV accumulator
+// values, this block's partial sums over its share of the group, into key tile `tile`'s slot of
+// p.dkv_accum (params.h: float4 reductions at L2, fire and forget), then one thread counts the
+// block in the tile's counter. Returns whether this block was the tile's last to count; if so,
+// dK and dV now hold the sums over all the group's query heads, read back from L2, and the
+// caller stores them as it would its own (the other blocks store nothing). Why the last block and
+// not a post-pass (FlashAttention-3's GQA backward converts its fp32 dK / dV sums in its
+// postprocess kernel): the sums are still in L2 when the last partial lands, and no launch
+// waits for the whole pass. The order in which blocks add varies: dK and dV are not bitwise
+// reproducible this way (deterministic=True takes the mma.sync passes in fa3 mode).
+// Ordering: each thread's reductions, then its fence, then the barrier (`sync`, both consumer
+// warpgroups), then the count (the CUDA programming guide's last-block pattern); the last block
+// fences again before its loads, which go to L2 (ld.global.cg: L1 is not coherent).
+template <int kHeadDim, class Acc, class Sync>
+__device__ __forceinline__ bool sum_split_partials(const AttnParams& p, int64_t tile, int tid,
+                                                   Acc& dk, Acc& dv, int* last_flag, Sync sync) {
+  constexpr int kValues = decltype(size(dk))::value, kThreads = 256;
+  static_assert(kValues % 4 == 0 && kThreads * kValues == kDkvTileKeys * kHeadDim,
+                "the 256 consumer threads' float4s cover the tile's keys x head dim");
+  float* slot = reinterpret_cast<float*>(p.dkv_accum) + tile * dkv_tile_floats(p) + 4 * tid;
+  int* counter = reinterpret_cast<int*>(reinterpret_cast<float*>(p.dkv_accum) +
+                                        dkv_key_tiles(p) * dkv_tile_floats(p)) + tile;
+  auto add = [&](Acc const& acc, float* base) {
+    CUTLASS_PRAGMA_UNROLL
+    for (int c = 0; c < kValues / 4; ++c)
+      asm volatile("red.relaxed.gpu.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(
+                       base + c * 4 * kThreads),
+                   "f"(acc(4 * c)), "f"(acc(4 * c + 1)), "f"(acc(4 * c + 2)), "f"(acc(4 * c + 3))
+                   : "memory");
+  };
+  add(dk, slot);
+  add(dv, slot + kValues * kThreads);
+  __threadfence();
+  sync();
+  if (tid == 0) *last_flag = atomicAdd(counter, 1) == p.kv_head_splits - 1;
+  sync();
+  const bool last = *last_flag;
+  if (last) {
+    __threadfence();
+    auto load = [&](Acc& acc, const float* base) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int c = 0; c < kValues / 4; ++c) {
+        const float4 x = __ldcg(reinterpret_cast<const float4*>(base + c * 4 * kThreads));
+        acc(4 * c) = x.x;
+        acc(4 * c + 1) = x.y;
+        acc(4 * c + 2) = x.z;
+        acc(4 * c + 3) = x.w;
+      }
+    };
+    load(dk, slot);
+    load(dv, slot + kValues * kThreads);
+  }
+  return last;
+}
 
 // The key sums' first stage in both KV-outer passes (gproj with dK projected, dk_project.cuh):
 // per column, the lane's Σ of alpha dK over its key rows before n_end, in fp64 and row order,
@@ -96,15 +200,16 @@ __device__ __forceinline__ void round_pairs(Acc const& acc, Out& out) {
 }
 
 // The producer thread: K and V of key tile n_block once (on barrier_kv; K' where the keys are
-// centered), then for each of the block's n_items (query head, query tile) items, Q and dO into
-// the next stage of pipe_q, and with kLoadQc (the gproj pass of bwd_kv_sm90.cuh) the centered
-// queries Q' as well: Q' where centered, elsewhere Q' = Q, loaded twice (the consumers' dK GEMM
-// reads sQc). `prm` has the pass's TMA loads and extents (tma_qc only with kLoadQc).
-template <bool kLoadQc, int kBlockM, int kBlockN, int kHeadDim, class Prm, class ItemHead,
-          class ItemTile, class TK, class TQ, class Pipeline>
+// centered), then for each of the block's (query head, query tile) items (work, in its order:
+// an ItemCursor, no division per item), Q and dO into the next stage of pipe_q, and with kLoadQc
+// (the gproj pass of bwd_kv_sm90.cuh) the centered queries Q' as well: Q' where centered,
+// elsewhere Q' = Q, loaded twice (the consumers' dK GEMM reads sQc). `prm` has the pass's TMA
+// loads and extents (tma_qc only with kLoadQc).
+template <bool kLoadQc, int kBlockM, int kBlockN, int kHeadDim, class Prm, class TK, class TQ,
+          class Pipeline>
 __device__ __forceinline__ void produce_kv_pass_tiles(
     Prm const& prm, const AttnParams& p, const SeqBounds& seq, int b, int bq, int hk, int n_block,
-    int n_items, ItemHead item_head, ItemTile item_tile, TK& sK, TK& sV, TQ& sQ, TQ& sDO, TQ& sQc,
+    const KeyBlockWork& work, TK& sK, TK& sV, TQ& sQ, TQ& sDO, TQ& sQc,
     cutlass::arch::ClusterTransactionBarrier& barrier_kv, Pipeline& pipe_q) {
   using Element = typename TK::value_type;
   auto tile_q = Shape<Int<kBlockM>, Int<kHeadDim>>{};
@@ -120,8 +225,9 @@ __device__ __forceinline__ void produce_kv_pass_tiles(
   copy(tma_k.with(reinterpret_cast<uint64_t&>(barrier_kv), 0), tKg, tKs);
   copy(prm.tma_v.with(reinterpret_cast<uint64_t&>(barrier_kv), 0), tVg, tVs);
   auto wr = cutlass::make_producer_start_state<Pipeline>();
-  for (int it = 0; it < n_items; ++it) {
-    const int h = item_head(it), mb = item_tile(it);
+  ItemCursor cur(work);
+  for (int it = 0; it < work.n_items; ++it, cur = cur.next(work)) {
+    const int h = cur.h, mb = cur.mb;
     auto load = [&](auto const& tma, auto& smem) {
       Tensor m = tma_rows(tma, prm.rows_q, kHeadDim, p.heads, prm.batch_q, seq.q_start, h, bq);
       auto [tg, ts] = tma_partition(tma, _0{}, Layout<_1>{}, group_modes<0, 2>(smem),

@@ -241,7 +241,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   }
   const int n_end = min(n0 + kBlockN, seq.nk);
   const Mask mask(seq.nq, seq.nk, p.window_left, p.window_right, p.diag_shift);
-  const KeyBlockWork work(mask, n0, n_end, kBlockM, hk, p.heads / p.heads_k);
+  const int group = p.heads / p.heads_k;
+  const KeyBlockWork work(mask, n0, n_end, kBlockM, hk * group, group);
   const int n_items = work.n_items;
   const float c = p.softmax_scale * 1.4426950408889634f;
 

@@ -35,8 +35,10 @@
 // tile.
 // GPROJ_BWD_VARIANT=4 keeps the previous gproj design for A/B runs: a λ-only pre-pass, and dQ
 // here as dS~ K - lambda_hi P~ K per key tile (two GEMMs, combined in fp32 registers).
-// dK and dV of a key are summed over the whole group inside one block (no atomics); fa3's dQ is
-// rounded once by dq_finish_kernel, its delta comes from delta_kernel (bwd_prepost.cuh).
+// dK and dV of a key are summed over the whole group inside one block (no atomics; fa3 mode's
+// AttnParams::kv_head_splits, an A/B form so far, splits the group over blocks whose fp32
+// partials meet in a workspace: sum_split_partials); fa3's dQ is rounded once by
+// dq_finish_kernel, its delta comes from delta_kernel (bwd_prepost.cuh).
 #pragma once
 
 #include "../api/variants.h"
@@ -287,6 +289,7 @@ struct BwdKvTraits {
     alignas(16) float row_dlam[kRowCopies][2][kAFromFp32 ? kBlockM : 2];
     alignas(16) cutlass::arch::ClusterTransactionBarrier barrier_kv;
     alignas(16) typename Pipeline::SharedStorage pipe_q;
+    int split_last;  // (kv_head_splits > 1) whether this block stores its key tile's sums
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an sm90 block may have");
@@ -329,7 +332,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   const GridTile gt =
       p.slot_rows ? slot_tile(p, reinterpret_cast<const int*>(p.cu_seqlens_k), p.heads_k, false)
                   : grid_tile<Traits::kGroupedGrid>(p, /*longest_last=*/false);
-  const int n_block = gt.tile, hk = gt.head, b = gt.batch;
+  // (fa3 mode, kv_head_splits > 1: the grid's heads are (kv head, share of its group) pairs)
+  const int splits = kGProj ? 1 : p.kv_head_splits;
+  const int n_block = gt.tile, hk = splits > 1 ? gt.head / splits : gt.head, b = gt.batch;
+  const int group = p.heads / p.heads_k, block_heads = group / splits;
   const SeqBounds seq(p, b);
   const int n0 = n_block * kBlockN;
   if (n0 >= seq.nk) {  // uniform for the block, before any barrier
@@ -345,10 +351,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   // bench/NOTES.md session 15 item 8.
   int q_full_lo = 0, q_full_hi = 0;
   if constexpr (!kGProj) mask.full_query_blocks(n0, kBlockN, kBlockM, q_full_lo, q_full_hi);
-  const KeyBlockWork work(mask, n0, n_end, kBlockM, hk, p.heads / p.heads_k);
+  const KeyBlockWork work(mask, n0, n_end, kBlockM, hk * group + (gt.head - hk * splits) * block_heads,
+                          block_heads, !kGProj && p.kv_tiles_outer);
   const int tiles_per_head = work.tiles_per_head, n_items = work.n_items;
-  auto item_head = [&](int it) { return work.head(it); };
-  auto item_tile = [&](int it) { return work.tile(it); };
   const float c = p.softmax_scale * 1.4426950408889634f;
 
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -406,9 +411,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     // 3 x 168 exactly (session 11's writer gave the producer 32: the consumers waited forever).
     cutlass::arch::warpgroup_reg_dealloc<24>();
     if (threadIdx.x == 0 && n_items > 0)
-      produce_kv_pass_tiles<kGProj, kBlockM, kBlockN, kHeadDim>(prm, p, seq, b, bq, hk, n_block, n_items,
-                                                           item_head, item_tile, sK, sV, sQ, sDO,
-                                                           sQc, ss.barrier_kv, pipe_q);
+      produce_kv_pass_tiles<kGProj, kBlockM, kBlockN, kHeadDim>(prm, p, seq, b, bq, hk, n_block, work,
+                                                           sK, sV, sQ, sDO, sQc, ss.barrier_kv,
+                                                           pipe_q);
     if constexpr (Traits::kDqHere) {
       // ---------------- dQ writer (warp 1): dq_accum += each staged dQ tile ----------------
       // Per item: for each consumer warpgroup w in turn, wait until w has staged its half and
@@ -440,8 +445,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
           dq_free_arrive(0);
           dq_free_arrive(1);
         }
-        for (int it = 0; it < n_items; ++it) {
-          const int h = item_head(it), mb = item_tile(it);
+        ItemCursor cur(work);
+        for (int it = 0; it < n_items; ++it, cur = cur.next(work)) {
+          const int h = cur.h, mb = cur.mb;
           CUTLASS_PRAGMA_UNROLL
           for (int w = 0; w < 2; ++w) {
             dq_staged_wait(w);
@@ -646,12 +652,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         counter_wait_acquire(reinterpret_cast<const int*>(p.pair_counters) + b * p.heads_k + hk,
                              seq.nq * (p.heads / p.heads_k));
     }
-    // The items' heads and query tiles by a cursor (head-major, as KeyBlockWork numbers them),
-    // not KeyBlockWork::head / tile's division per item: that was ~25 instructions a tile on
-    // every consumer warp and as many again on the row-fetching lanes (SASS, session 37).
-    const int mb_first = work.mb_min, mb_stop = work.mb_min + tiles_per_head;
-    int cur_h = item_head(0), cur_mb = mb_first;
-    fetch_rows(0, cur_h, cur_mb);
+    // The items' heads and query tiles by a cursor (ItemCursor; in gproj mode head-major,
+    // compiled so)
+    const int mb_stop = work.mb_min + tiles_per_head;
+    ItemCursor cur(work);
+    fetch_rows(0, cur.h, cur.mb);
     cute::cp_async_wait<0>();
     rows_sync();
     ss.barrier_kv.wait(0);
@@ -663,12 +668,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     }
     PipelineState rd, rd_prev;
     for (int it = 0; it < n_items; ++it) {
-      const int h = cur_h, mb = cur_mb;
-      int next_h = h, next_mb = mb + 1;
-      if (next_mb == mb_stop) {
-        next_mb = mb_first;
-        ++next_h;
-      }
+      const int h = cur.h, mb = cur.mb;
+      const ItemCursor next = cur.next(work);
       const int i0 = mb * kBlockM;
       const float2* row_st = ss.row_st[row_copy][it & 1];
       const float2* row_dl = ss.row_dl[row_copy][it & 1];
@@ -683,7 +684,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       wg_gemm<true>(mma_sdp, tSrK, tSrQ(_, _, _, rd.index()), tSrS);
       wg_gemm<true>(mma_sdp, tSrV, tSrDO(_, _, _, rd.index()), tSrDP);
       if constexpr (!Traits::kWGsMeet) turn_pass<kWGs>(w);
-      fetch_rows(it + 1, next_h, next_mb);  // landed before, and published by, this tile's
+      fetch_rows(it + 1, next.h, next.mb);  // landed before, and published by, this tile's
                                             // consumers_sync below
       // S, dP, and the previous tile's dK: its Q/dO stage is free now. (kPUnderDp: WGMMA groups
       // retire in issue order, so waiting for all but the newest leaves dP on the tensor cores
@@ -978,8 +979,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       }
       rd_prev = rd;
       ++rd;
-      cur_h = next_h;
-      cur_mb = next_mb;
+      cur = next;
 
       if constexpr (kGProj) {
         if (mb == mb_stop - 1) {  // the head's last tile: rank-one
@@ -1059,6 +1059,17 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   // dk_project.cuh projects it and rounds it once)
   // (store_dk_dv_epilogue: 16-bit dK and dV through the K and V tiles' shared memory)
   if constexpr (Traits::kDqHere && !kGProj) {
+    // (kv_head_splits > 1: this block's dK, dV are partial sums over its share of the group; the
+    // key tile's last block to add them stores the totals, sum_split_partials)
+    if (splits > 1) {
+      static_assert(kBlockN == kDkvTileKeys && Traits::kNumMmaThreads == 256,
+                    "dkv_accum's tiles are the 128-key blocks of two consumer warpgroups");
+      const int64_t tile = (int64_t(b) * p.heads_k + hk) * ((p.seqlen_k + kBlockN - 1) / kBlockN) +
+                           n_block;
+      if (!sum_split_partials<kHeadDim>(p, tile, tid, tdKrdK, tdVrdV, &ss.split_last,
+                                        [] { consumers_sync(); }))
+        return;
+    }
     // fa3 mode: once both warpgroups are past their last GEMM (the dQ GEMMs read every key of K)
     // (kDqPerWg: only this warpgroup's GEMMs read its own K and V rows)
     store_dk_dv_epilogue<T, kHeadDim, false>(p, seq, b, hk, n0, n_end, 64 * w, 0, w, tid,
@@ -1103,15 +1114,19 @@ void run_bwd_kv(const AttnParams& p, int total_q, int total_k) {
   const int smem = Traits::kSmemBytes;
   const int tiles = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
   if (tiles == 0) return;
+  if constexpr (!kGProj) prm.p.kv_tiles_outer = kv_tiles_outer(p);
+  // (fa3 mode, kv_head_splits > 1: a grid head per (kv head, share of its group); run_backward
+  // has checked that the shares divide the group and that the call is dense)
+  const int splits = kGProj ? 1 : p.kv_head_splits;
   dim3 grid;
   if (!slot_grid(prm.p, Traits::kBlockN, total_k, p.heads_k, grid)) {
-    // (fa3 mode, kGroupedGrid from N = 4k: a pair's Q, dO and dq_accum, over its kv head's
-    // query heads)
+    // (fa3 mode, kGroupedGrid from N = 4k: a pair's Q, dO and dq_accum, over the block's query
+    // heads)
     const int64_t group_bytes =
         Traits::kGroupedGrid && p.seqlen_q >= 4096 && bwd_variant() != 19
-            ? int64_t(p.seqlen_q) * kHeadDim * (2 * int(sizeof(T)) + 4) * (p.heads / p.heads_k)
+            ? int64_t(p.seqlen_q) * kHeadDim * (2 * int(sizeof(T)) + 4) * (p.heads / p.heads_k / splits)
             : 0;
-    grid = tile_grid(prm.p, tiles, p.heads_k, p.batch, group_bytes);
+    grid = tile_grid(prm.p, tiles, p.heads_k * splits, p.batch, group_bytes);
   }
   launch_sm90(kernel, grid, Traits::kNumThreads, smem, prm, p, "KV-outer backward (sm90)",
               /*programmatic=*/Traits::kWaitsForRows && p.pair_counters != 0 &&

@@ -174,7 +174,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   }
   const int n_end = min(n0 + kBlockN, seq.nk);
   const Mask mask(seq.nq, seq.nk, p.window_left, p.window_right, p.diag_shift);
-  const KeyBlockWork work(mask, n0, n_end, kBlockM, hk, p.heads / p.heads_k);
+  const int group = p.heads / p.heads_k;
+  const KeyBlockWork work(mask, n0, n_end, kBlockM, hk * group, group);
   const int tiles_per_head = work.tiles_per_head, n_items = work.n_items;
   auto item_head = [&](int it) { return work.head(it); };
   auto item_tile = [&](int it) { return work.tile(it); };
@@ -224,9 +225,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     // ---------------- producer: K, V once; Q, dO per query tile ----------------
     cutlass::arch::warpgroup_reg_dealloc<24>();
     if (threadIdx.x == 0 && n_items > 0)
-      produce_kv_pass_tiles<false, kBlockM, kBlockN, kHeadDim>(prm, p, seq, b, bq, hk, n_block, n_items,
-                                                           item_head, item_tile, sK, sV, sQ, sDO,
-                                                           sQ, ss.barrier_kv, pipe_q);
+      produce_kv_pass_tiles<false, kBlockM, kBlockN, kHeadDim>(prm, p, seq, b, bq, hk, n_block, work,
+                                                           sK, sV, sQ, sDO, sQ, ss.barrier_kv,
+                                                           pipe_q);
     return;
   }
 

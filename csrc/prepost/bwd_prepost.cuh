@@ -101,13 +101,14 @@ __global__ void __launch_bounds__(kPrepostThreads) dq_finish_kernel(const AttnPa
     return;
   }
   // Launched under the KV-outer pass's last wave (pair_counters): the dq_accum rows are final
-  // once every key of the (sequence, kv head) pair has added its dQ (its [pairs + pair] count).
+  // once every key of the (sequence, kv head) pair has added its dQ (its [pairs + pair] count;
+  // each key once per block of its tile: kv_head_splits of them in fa3 mode's split group).
   // (The first warp waits, whole: no barrier sees a warp in two places.)
   if (p.pair_counters) {
     if (threadIdx.x < 32)
       counter_wait_acquire(reinterpret_cast<const int*>(p.pair_counters) +
                                (int64_t(p.batch) + b) * p.heads_k + h / (p.heads / p.heads_k),
-                           seq.nk);
+                           seq.nk * p.kv_head_splits);
     __syncthreads();
   }
   const float* acc = reinterpret_cast<const float*>(p.dq_accum) +

@@ -49,6 +49,9 @@ KNOWN_SPILLING_VARIANTS = (
     # (fa3 mode's d = 128 pass in its form before session 37, variant 18: the default's
     # producer-side spill)
     "BwdKvTraits<{t}, 128, false, 3, true, 2, 64, false, false, 3>",
+    # (variant 23, the row-range mask at d = 128: 4 bytes in its producer warpgroup, as the
+    # default had until session 38)
+    "BwdKvTraits<{t}, 128, false, 3, true, 2, 64, false, false, 4>",
 )
 # Default kernels that spill, by choice: the KV-outer pass at d = 64 with 128-row query tiles
 # (FlashAttention-3's 128 x 128 tile there) keeps S^T, dP^T, dK and dV (192 registers) live through

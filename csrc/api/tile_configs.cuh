@@ -91,6 +91,9 @@ void hopper_backward(const AttnParams& p_in) {
     } else if (variant == 18) {  // d = 128, variant 18: dP waited for before P, lse2 formed from
                                  // the stats (A/B; the default until session 37)
       sm90::run_bwd_kv<T, D, false, 3, true, 2, 64, false, false, 3>(p, p.total_q, p.total_k);
+    } else if (variant == 23) {  // d = 128, variant 23: the diagonal tiles masked by key-row
+                                 // ranges (A/B, session 38)
+      sm90::run_bwd_kv<T, D, false, 3, true, 2, 64, false, false, 4>(p, p.total_q, p.total_k);
     } else {
       sm90::run_bwd_kv<T, D, false>(p, p.total_q, p.total_k);
     }

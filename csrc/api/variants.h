@@ -152,9 +152,11 @@ inline int fwd_ab() {
 //      fp32 dK / dV partials summed in a workspace, the tile's last block storing the totals
 //      (AttnParams::kv_head_splits; gproj_cuda/ops.py sets it, also from GPROJ_BWD_KV_SPLITS=S:
 //      S shares of the group per key tile, with any variant).
+//  23: (fa3 mode, d = 128, session 38) the KV-outer pass's diagonal tiles masked by key-row
+//      ranges (Mask::row_queries, the d = 64 pass's form) instead of the per-element test.
 // (13 and 14 measured 7-17% slower than the default, session 26: kept for the record and A/B.)
 inline int bwd_variant() {
-  return env_int_in("GPROJ_BWD_VARIANT", 3, 22);
+  return env_int_in("GPROJ_BWD_VARIANT", 3, 23);
 }
 
 // fa3 mode's KV-outer item order for a launch (AttnParams::kv_tiles_outer): tile-major under a

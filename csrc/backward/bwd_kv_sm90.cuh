@@ -123,7 +123,9 @@ struct BwdKvTraits {
   // backward does (its SASS: S waited for alone, then exp2 under dP; LSE stored as log2). Each
   // alone measured 0 to +3% slower, both together -3 to -5% (interleaved, bench/NOTES.md session
   // 37; session 11 and 23 had measured each alone). kFa3Ab_ (GPROJ_BWD_VARIANT 18, A/B only):
-  // bit 1 waits for dP before P, bit 2 forms lse2 here from the stats, the form before.
+  // bit 1 waits for dP before P, bit 2 forms lse2 here from the stats, the form before; bit 4
+  // (variant 23, session 38, not yet measured) masks the diagonal tiles by key-row ranges, as
+  // the 128-row pass does, instead of the per-element test.
   static_assert(kFa3Ab_ == 0 || (!kGProj_ && kDqHere_ && kBlockM_ == 64),
                 "the A/B bits are for fa3 mode's 64-row pass");
   static constexpr int kFa3Ab = kFa3Ab_;
@@ -727,11 +729,13 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
           }
         }
       }
-      if constexpr (kGProj || kBlockM != 128) {
+      if constexpr (kGProj || (kBlockM != 128 && !(Traits::kFa3Ab & 4))) {
         // gproj (at its register limit, session 15) and fa3 mode's 64-row d = 128 pass: the
         // per-element test. (The per-row form below measured -1% at d = 128 causal 2k but +0.5
         // to +1.3% elsewhere, without a mask too, where it does not run: the kernel's code
-        // around it moved; bench/NOTES.md session 16 item 11.)
+        // around it moved; bench/NOTES.md session 16 item 11. Since session 37's changes that
+        // path is 394-423 SASS instructions a masked tile against ~460 unmasked: variant 23, the
+        // per-row form at d = 128 again, to be measured.)
         if (kGProj ? mask.tile_partial(i0, i0 + kBlockM, n0, n0 + kBlockN)
                    : (mb < q_full_lo || mb >= q_full_hi)) {
           CUTLASS_PRAGMA_UNROLL
@@ -741,7 +745,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
               if (!mask.visible(i0 + get<1>(c_rc(r, j)), n0 + get<0>(c_rc(r, j)))) s_rc(r, j) = 0.f;
         }
       } else if (mb < q_full_lo || mb >= q_full_hi) {
-        // fa3 mode's 128-row pass (d = 64): per key row, its visible queries as one range
+        // fa3 mode's 128-row pass (d = 64; variant 23 at d = 128): per key row, its visible
+        // queries as one range
         // (Mask::row_queries). A causal mask on a query tile inside the sequence needs the
         // lower bound only: one compare per score instead of visible()'s coordinates and four.
         // Measured -2.4 to -5.2% for the whole fa3 backward at d = 64 causal (bench/NOTES.md

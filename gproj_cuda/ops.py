@@ -435,10 +435,10 @@ def backward_cuda(dout, q, k, v, out, stats, cu_q, cu_k, max_q, max_k, scale, wl
                                  dtype=torch.float64, device=q.device)
             p.dk_keysum = keysum.data_ptr()
         splits = _kv_head_splits(numerics, q, k, varlen)
-        if splits > 1:  # (zeroed by the launch)
+        if splits > 1:  # (zeroed by the delta pre-pass, pair by pair)
             p.kv_head_splits = splits
             p.dkv_accum_bytes = _dkv_accum_bytes(p)
-            dkv_accum = torch.empty(p.dkv_accum_bytes // 4, dtype=torch.float32, device=q.device)
+            dkv_accum = _new((p.dkv_accum_bytes // 4,), torch.float32, q.device, poison)
             p.dkv_accum = dkv_accum.data_ptr()
         # two per (sequence, kv head): the rows and keys each pass has finished, which the next
         # pass, started under its last wave, waits for (csrc/api/params.h, csrc/common/pdl.cuh);

@@ -79,7 +79,7 @@ struct AttnParams {
   // of dkv_accum; the tile's last block stores the sums; bwd_kv_common_sm90.cuh, sum_split_partials).
   // dkv_accum: fp32 [batch][heads_k][ceil(seqlen_k / 128)][2][128 x head_dim] (dK, dV in
   // accumulator order), then one int32 counter per key tile; dkv_accum_bytes its size (checked
-  // against hopper_dkv_accum_bytes, below); the launch zeroes it. 1: one block per key tile and kv head.
+  // against hopper_dkv_accum_bytes, below); delta_kernel zeroes it. 1: one block per key tile and kv head.
   int kv_head_splits = 1;
   uint64_t dkv_accum = 0;
   int64_t dkv_accum_bytes = 0;
@@ -143,7 +143,7 @@ struct AttnParams {
 // dV's fp32 partial sums in the accumulator order of the block's 256 consumer threads (value i of
 // thread t at (i / 4) * 1024 + 4 t + i % 4: float4 reductions, a warp's 512 contiguous bytes),
 // then one int32 counter per key tile. gproj_cuda/ops.py allocates hopper_dkv_accum_bytes
-// (_dkv_accum_bytes); the launch zeroes them. (Host and device: params.h is also compiled by the
+// (_dkv_accum_bytes); delta_kernel zeroes them (bwd_prepost.cuh). (Host and device: params.h is also compiled by the
 // host compiler, for the binding.)
 #ifdef __CUDACC__
 #define GPROJ_HOST_DEVICE __host__ __device__

@@ -60,11 +60,7 @@ void hopper_backward(const AttnParams& p_in) {
                                2 * sizeof(int) * size_t(p.batch) * size_t(p.heads_k),
                                reinterpret_cast<cudaStream_t>(p.stream)),
                "zeroing pair_counters");
-  if (p.kv_head_splits > 1)  // (fa3 mode's split group: the sums start at zero, so do the counts)
-    check_cuda(cudaMemsetAsync(reinterpret_cast<void*>(p.dkv_accum), 0,
-                               size_t(hopper_dkv_accum_bytes(p)),
-                               reinterpret_cast<cudaStream_t>(p.stream)),
-               "zeroing dkv_accum");
+  // (fa3 mode's split group, kv_head_splits > 1: delta_kernel zeroes dkv_accum pair by pair)
   if (!gproj) {
     launch_delta<T, D>(p);
     if constexpr (D == 256) {  // dK, dV rows too wide for one warpgroup

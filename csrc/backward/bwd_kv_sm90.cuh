@@ -1069,6 +1069,14 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     if (splits > 1) {
       static_assert(kBlockN == kDkvTileKeys && Traits::kNumMmaThreads == 256,
                     "dkv_accum's tiles are the 128-key blocks of two consumer warpgroups");
+      // delta_kernel zeroes the pair's sums and counts before counting its rows, which a block
+      // with items has waited for; one without (keys no query sees) waits here, whole warp
+      if (n_items == 0 && p.pair_counters) {
+        if (tid < 32)
+          counter_wait_acquire(reinterpret_cast<const int*>(p.pair_counters) + b * p.heads_k + hk,
+                               seq.nq * (p.heads / p.heads_k));
+        consumers_sync();
+      }
       const int64_t tile = (int64_t(b) * p.heads_k + hk) * ((p.seqlen_k + kBlockN - 1) / kBlockN) +
                            n_block;
       if (!sum_split_partials<kHeadDim>(p, tile, tid, tdKrdK, tdVrdV, &ss.split_last,

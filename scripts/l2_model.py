@@ -1,6 +1,7 @@
 """A model of what fa3 mode's KV-outer backward pass reads from memory beyond L2, by the order of
-its work (no GPU): which (query head, 64-row query tile) slabs -- Q, dO and dq_accum, 64 x d x
-(2 + 2 + 4) bytes -- the running blocks touch, replayed through an LRU cache the size of L2.
+its work (no GPU): which (query head, query tile) slabs -- Q, dO and dq_accum, block_m x d x
+(2 + 2 + 4) bytes; 64-row tiles at d = 128, 128-row at d = 64 -- the running blocks touch,
+replayed through an LRU cache the size of L2.
 Blocks go to whichever SM is free first in grid order (the hardware's dispatch, as
 scripts/sched_model.py models it); an item (one query tile of one head) costs one time unit, a
 block's fixed work `--overhead` units. Prints, per order, the slabs missed over the slabs touched
@@ -15,16 +16,17 @@ Grid: at most four waves of blocks, every pair's longest block first (rank-major
 by groups of pairs whose slabs fill half of L2, each group's longest first (N >= 4k), else pair
 after pair.
 Usage: python scripts/l2_model.py [--n 4096] [--tokens 16384] [--heads 16] [--heads-k 2] [--d 128]
-       [--l2-mb 50] [--causal 1] [--sms 132] [--overhead 6]"""
+       [--block-m 64 (128 at d = 64)] [--l2-mb 50] [--causal 1] [--sms 132] [--overhead 6]"""
 import argparse
 import collections
 import heapq
 
 
-def blocks_for(order, n, pairs, heads_k, group, tiles_q, key_blocks, causal, l2_slabs, sms):
+def blocks_for(order, n, pairs, heads_k, group, tiles_q, key_blocks, causal, l2_slabs, sms,
+               block_m=64):
     """The grid's blocks in dispatch order, each a list of (pair, head, tile) items."""
     def items(pair, n_block, heads):
-        lo = 2 * n_block if causal else 0  # 128-key blocks, 64-row query tiles
+        lo = n_block * 128 // block_m if causal else 0  # 128-key blocks
         tiles = list(range(lo, tiles_q))
         if order == "tiles-outer":
             return [(pair, h, t) for t in reversed(tiles) for h in heads]
@@ -84,6 +86,7 @@ def main():
     ap.add_argument("--heads", type=int, default=16)
     ap.add_argument("--heads-k", type=int, default=2)
     ap.add_argument("--d", type=int, default=128)
+    ap.add_argument("--block-m", type=int, default=0, help="query tile rows (0: 128 at d = 64, else 64)")
     ap.add_argument("--l2-mb", type=float, default=50)
     ap.add_argument("--causal", type=int, default=1)
     ap.add_argument("--sms", type=int, default=132)
@@ -91,14 +94,15 @@ def main():
     a = ap.parse_args()
     batch = max(1, a.tokens // a.n)
     pairs, group = batch * a.heads_k, a.heads // a.heads_k
-    slab_bytes = 64 * a.d * (2 + 2 + 4)
+    bm = a.block_m or (128 if a.d == 64 else 64)
+    slab_bytes = bm * a.d * (2 + 2 + 4)
     l2_slabs = int(a.l2_mb * 2**20 // slab_bytes)
     print(f"N = {a.n}, {batch} x {a.heads} heads ({a.heads_k} kv heads), d = {a.d}, "
           f"{'causal' if a.causal else 'no mask'}; L2 holds {l2_slabs} slabs of {slab_bytes >> 10} KB")
     print(f"{'order':>12} | {'blocks':>6} | {'slabs missed / touched':>22} | {'end / mean SM':>13}")
     for order in ("head-major", "tiles-outer", "per-head"):
-        blocks = blocks_for(order, a.n, pairs, a.heads_k, group, a.n // 64, a.n // 128,
-                            bool(a.causal), l2_slabs, a.sms)
+        blocks = blocks_for(order, a.n, pairs, a.heads_k, group, a.n // bm, a.n // 128,
+                            bool(a.causal), l2_slabs, a.sms, bm)
         miss, touch, end, mean = simulate(blocks, a.sms, a.overhead, l2_slabs)
         print(f"{order:>12} | {len(blocks):6d} | {miss:9d} / {touch:9d} {miss / touch:5.1%} | "
               f"{end / mean:13.3f}")

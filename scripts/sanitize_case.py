@@ -30,6 +30,25 @@ if os.environ.get("SANITIZE_ONLY_VARLEN") == "1":
                 o.backward(torch.randn_like(o))
     torch.cuda.synchronize()
     raise SystemExit(0)
+# fa3 mode's GQA work orders (session 38) alone: tile-major items (GPROJ_BWD_VARIANT 20 / 21),
+# the group split over blocks (22, GPROJ_BWD_KV_SPLITS=2) and the row-range mask (23), d = 64 /
+# 128, causal and a window that leaves the first key block to no query (its blocks have no items
+# but still add to the split group's sums)
+if os.environ.get("SANITIZE_ONLY_GQA_ORDERS") == "1":
+    for variant, splits in (("20", ""), ("21", ""), ("22", ""), ("0", "2"), ("20", "2"),
+                            ("23", "")):
+        os.environ["GPROJ_BWD_VARIANT"] = variant
+        os.environ["GPROJ_BWD_KV_SPLITS"] = splits
+        for d in (64, 128):
+            for nq, window in ((300, (-1, 0)), (77, (30, 0)), (300, (-1, -1))):
+                q = torch.randn(2, nq, 8, d, device="cuda", dtype=torch.bfloat16,
+                                requires_grad=True)
+                k = torch.randn(2, 300, 2, d, device="cuda", dtype=torch.bfloat16,
+                                requires_grad=True)
+                o = gproj_cuda.attention(q, k, k, numerics="fa3", window_size=window)
+                o.backward(torch.randn_like(o))
+    torch.cuda.synchronize()
+    raise SystemExit(0)
 # The centering pre-passes (session 25: the keys' range probe, blocks of several chunks) alone:
 # random and offset keys, dense (one and several chunks per block) and varlen with empty
 # sequences, the keys' and the queries' rules, lazy flags and a given shift

@@ -76,10 +76,11 @@ struct AttnParams {
   uint64_t pair_counters = 0;
   // Hopper backward, fa3 mode, d = 64 / 128, dense, GQA: the kv head's query heads split over
   // kv_head_splits blocks per key tile (each adds its fp32 dK / dV partials into the tile's slot
-  // of dkv_accum; the tile's last block stores the sums; bwd_kv_common_sm90.cuh, sum_split_partials).
-  // dkv_accum: fp32 [batch][heads_k][ceil(seqlen_k / 128)][2][128 x head_dim] (dK, dV in
-  // accumulator order), then one int32 counter per key tile; dkv_accum_bytes its size (checked
-  // against hopper_dkv_accum_bytes, below); delta_kernel zeroes it. 1: one block per key tile and kv head.
+  // of dkv_accum; the tile's last block stores the sums: sum_split_partials in
+  // bwd_kv_common_sm90.cuh). dkv_accum: fp32 [batch][heads_k][ceil(seqlen_k / 128)][2][128 x
+  // head_dim] (dK, dV in accumulator order), then one int32 counter per key tile;
+  // dkv_accum_bytes its size (checked against hopper_dkv_accum_bytes, below); delta_kernel
+  // zeroes it. 1: one block per key tile and kv head.
   int kv_head_splits = 1;
   uint64_t dkv_accum = 0;
   int64_t dkv_accum_bytes = 0;
@@ -143,8 +144,8 @@ struct AttnParams {
 // dV's fp32 partial sums in the accumulator order of the block's 256 consumer threads (value i of
 // thread t at (i / 4) * 1024 + 4 t + i % 4: float4 reductions, a warp's 512 contiguous bytes),
 // then one int32 counter per key tile. gproj_cuda/ops.py allocates hopper_dkv_accum_bytes
-// (_dkv_accum_bytes); delta_kernel zeroes them (bwd_prepost.cuh). (Host and device: params.h is also compiled by the
-// host compiler, for the binding.)
+// (_dkv_accum_bytes); delta_kernel zeroes them (bwd_prepost.cuh). (Host and device: params.h is
+// also compiled by the host compiler, for the binding.)
 #ifdef __CUDACC__
 #define GPROJ_HOST_DEVICE __host__ __device__
 #else

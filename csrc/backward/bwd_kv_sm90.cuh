@@ -353,8 +353,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   // bench/NOTES.md session 15 item 8.
   int q_full_lo = 0, q_full_hi = 0;
   if constexpr (!kGProj) mask.full_query_blocks(n0, kBlockN, kBlockM, q_full_lo, q_full_hi);
-  const KeyBlockWork work(mask, n0, n_end, kBlockM, hk * group + (gt.head - hk * splits) * block_heads,
-                          block_heads, !kGProj && p.kv_tiles_outer);
+  const int head0 = hk * group + (gt.head - hk * splits) * block_heads;
+  const KeyBlockWork work(mask, n0, n_end, kBlockM, head0, block_heads,
+                          !kGProj && p.kv_tiles_outer);
   const int tiles_per_head = work.tiles_per_head, n_items = work.n_items;
   const float c = p.softmax_scale * 1.4426950408889634f;
 
@@ -413,9 +414,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     // 3 x 168 exactly (session 11's writer gave the producer 32: the consumers waited forever).
     cutlass::arch::warpgroup_reg_dealloc<24>();
     if (threadIdx.x == 0 && n_items > 0)
-      produce_kv_pass_tiles<kGProj, kBlockM, kBlockN, kHeadDim>(prm, p, seq, b, bq, hk, n_block, work,
-                                                           sK, sV, sQ, sDO, sQc, ss.barrier_kv,
-                                                           pipe_q);
+      produce_kv_pass_tiles<kGProj, kBlockM, kBlockN, kHeadDim>(
+          prm, p, seq, b, bq, hk, n_block, work, sK, sV, sQ, sDO, sQc, ss.barrier_kv, pipe_q);
     if constexpr (Traits::kDqHere) {
       // ---------------- dQ writer (warp 1): dq_accum += each staged dQ tile ----------------
       // Per item: for each consumer warpgroup w in turn, wait until w has staged its half and
@@ -1135,10 +1135,10 @@ void run_bwd_kv(const AttnParams& p, int total_q, int total_k) {
   if (!slot_grid(prm.p, Traits::kBlockN, total_k, p.heads_k, grid)) {
     // (fa3 mode, kGroupedGrid from N = 4k: a pair's Q, dO and dq_accum, over the block's query
     // heads)
-    const int64_t group_bytes =
-        Traits::kGroupedGrid && p.seqlen_q >= 4096 && bwd_variant() != 19
-            ? int64_t(p.seqlen_q) * kHeadDim * (2 * int(sizeof(T)) + 4) * (p.heads / p.heads_k / splits)
-            : 0;
+    const int64_t group_bytes = Traits::kGroupedGrid && p.seqlen_q >= 4096 && bwd_variant() != 19
+                                    ? int64_t(p.seqlen_q) * kHeadDim * (2 * int(sizeof(T)) + 4) *
+                                          (p.heads / p.heads_k / splits)
+                                    : 0;
     grid = tile_grid(prm.p, tiles, p.heads_k * splits, p.batch, group_bytes);
   }
   launch_sm90(kernel, grid, Traits::kNumThreads, smem, prm, p, "KV-outer backward (sm90)",

@@ -225,9 +225,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     // ---------------- producer: K, V once; Q, dO per query tile ----------------
     cutlass::arch::warpgroup_reg_dealloc<24>();
     if (threadIdx.x == 0 && n_items > 0)
-      produce_kv_pass_tiles<false, kBlockM, kBlockN, kHeadDim>(prm, p, seq, b, bq, hk, n_block, work,
-                                                           sK, sV, sQ, sDO, sQ, ss.barrier_kv,
-                                                           pipe_q);
+      produce_kv_pass_tiles<false, kBlockM, kBlockN, kHeadDim>(
+          prm, p, seq, b, bq, hk, n_block, work, sK, sV, sQ, sDO, sQ, ss.barrier_kv, pipe_q);
     return;
   }
 

@@ -60,7 +60,8 @@ __global__ void __launch_bounds__(kPrepostThreads) delta_kernel(const AttnParams
     const int64_t tiles_k = (p.seqlen_k + kDkvTileKeys - 1) / kDkvTileKeys;
     const int64_t tile0 = (int64_t(b) * p.heads_k + hk) * tiles_k;
     const int64_t n4 = tiles_k * dkv_tile_floats(p) / 4;
-    const int64_t shares = int64_t(group) * gridDim.x, share = int64_t(h - hk * group) * gridDim.x + mb;
+    const int64_t shares = int64_t(group) * gridDim.x;
+    const int64_t share = int64_t(h - hk * group) * gridDim.x + mb;
     float4* sums = reinterpret_cast<float4*>(p.dkv_accum) + tile0 * dkv_tile_floats(p) / 4;
     for (int64_t i = n4 * share / shares + threadIdx.x; i < n4 * (share + 1) / shares;
          i += kPrepostThreads)

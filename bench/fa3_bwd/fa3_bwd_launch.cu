@@ -5,19 +5,12 @@
 //   causal (or local/softcap): <64, 128, 128, ..., 2, 2, true, false, false, 2, 1, 2, 1, false>
 //   otherwise:                 <80, 128, 128, ..., 2, 2, true, false, true,  2, 1, 2, 1, false>
 int fa3bwd_run_hdim128(Flash_bwd_params& params, cudaStream_t stream) {
-    bool const gqa = params.h != params.h_k;
-    if (params.is_causal) {
-        if (!gqa) return fa3bwd::launch<128, 64, 128, true, false, 2, 2, true, false, false, 2, 1, 2, 1, false>(params, stream);
-#if FA3BWD_GQA
-        return fa3bwd::launch<128, 64, 128, true, true, 2, 2, true, false, false, 2, 1, 2, 1, false>(params, stream);
-#endif
-    } else {
-        if (!gqa) return fa3bwd::launch<128, 80, 128, false, false, 2, 2, true, false, true, 2, 1, 2, 1, false>(params, stream);
-#if FA3BWD_GQA
-        return fa3bwd::launch<128, 80, 128, false, true, 2, 2, true, false, true, 2, 1, 2, 1, false>(params, stream);
-#endif
-    }
-    return int(cudaErrorNotSupported);
+    return fa3bwd::with_mask_and_group(params, [&](auto causal, auto gqa) {
+        if constexpr (decltype(causal)::value)
+            return fa3bwd::launch<128, 64, 128, true, decltype(gqa)::value, 2, 2, true, false, false, 2, 1, 2, 1, false>(params, stream);
+        else
+            return fa3bwd::launch<128, 80, 128, false, decltype(gqa)::value, 2, 2, true, false, true, 2, 1, 2, 1, false>(params, stream);
+    });
 }
 
 // Defined in fa3_bwd_hdim64.cu / fa3_bwd_hdim256.cu; weak so the library still links if one failed to build.

@@ -2,6 +2,8 @@
 // template arguments that FA3's run_mha_bwd_hdim{64,128,256} pick for Arch >= 90, bf16, no softcap,
 // not local, not varlen, not deterministic (see hopper/flash_bwd_launch_template.h).
 #pragma once
+#include <type_traits>
+
 #include "fa3bwd_common.h"
 #include "flash_bwd_launch_template.h"
 
@@ -20,6 +22,22 @@ inline int launch(Flash_bwd_params& params, cudaStream_t stream) {
                   Stages_dO, Stages_dS, SdP_swapAB, dKV_swapAB, dQ_swapAB,
                   NumMmaWarpGroups, AtomLayoutMSdP, AtomLayoutNdKV, AtomLayoutMdQ, V_in_regs>(params, stream);
     return int(cudaGetLastError());
+}
+
+// Calls f(causal, gqa) with the call's mask and GQA flags as std::integral_constant<bool>, so that
+// each per-hdim dispatcher states only its template arguments (the GQA forms only with
+// FA3BWD_GQA; without it a GQA call returns cudaErrorNotSupported).
+template <class F>
+inline int with_mask_and_group(Flash_bwd_params& params, F&& f) {
+    auto by_group = [&](auto causal) {
+        if (params.h == params.h_k) return f(causal, std::false_type{});
+#if FA3BWD_GQA
+        return f(causal, std::true_type{});
+#else
+        return int(cudaErrorNotSupported);
+#endif
+    };
+    return params.is_causal ? by_group(std::true_type{}) : by_group(std::false_type{});
 }
 
 }  // namespace fa3bwd

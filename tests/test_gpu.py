@@ -1305,16 +1305,18 @@ def check_hopper_backward(q, k, v, do, numerics, causal, window, monkeypatch):
 @pytest.mark.parametrize("shape", [(2, 257, 300, 4, 2), (1, 1000, 1000, 2, 2), (3, 64, 17, 8, 1)],
                          ids=["gqa", "square", "mqa"])
 @pytest.mark.parametrize("variant", ["0", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12",
-                                     "13", "14", "15", "18", "20", "21", "22", "23"],
+                                     "13", "14", "15", "18", "20", "21", "22", "23", "24",
+                                     "25"],
                          ids=["default", "three-parts", "dq-in-kv", "kv-3wg", "two-parts",
                               "qouter-64keys", "qouter-128keys", "kv-64rows", "kv-96rows",
                               "passes-in-turn", "counted-in-turn", "dq-per-wg-64", "dq-per-wg-128",
                               "dq-split-headdim", "dp-before-p-128", "tiles-outer-gqa",
-                              "tiles-outer-all", "per-query-head", "row-range-mask-128"])
+                              "tiles-outer-all", "per-query-head", "row-range-mask-128",
+                              "stage-freed-at-end", "do-ring"])
 @pytest.mark.parametrize("d", [64, 128])
 def test_hopper_kv_backward(numerics, dtype, causal, window, shape, variant, d, monkeypatch):
     """The Hopper backward (csrc/backward/bwd_kv_sm90.cuh, bwd_lambda_sm90.cuh, d=64/128;
-    GPROJ_BWD_VARIANT 0, 3-15, 18 and 20-23) against the float64 reference (within 1.5x the
+    GPROJ_BWD_VARIANT 0, 3-15, 18 and 20-25) against the float64 reference (within 1.5x the
     emulator's error) and the mma.sync passes. Query head 0 and kv head 0 carry an offset of 6: the centering
     removes a coordinate's shift c only where every value lies in [c/2, 2c] = [3, 12], which
     N(0,1) + 6 over a few hundred rows rarely does, so most coordinates keep it; a form that
@@ -1327,6 +1329,8 @@ def test_hopper_kv_backward(numerics, dtype, causal, window, shape, variant, d, 
         pytest.skip("variant 22 splits only fa3 mode's GQA groups")
     if variant == "23" and (numerics != "fa3" or d != 128):
         pytest.skip("variant 23 is fa3 mode's d = 128 pass")
+    if variant in ("24", "25") and numerics != "fa3":
+        pytest.skip(f"variant {variant} is fa3 mode's KV-outer pass")
     monkeypatch.setenv("GPROJ_BWD_VARIANT", variant)
     b, nq, nk, h, hk = shape
     g = torch.Generator(device=DEV).manual_seed(nq + nk + int(causal))
@@ -1335,6 +1339,40 @@ def test_hopper_kv_backward(numerics, dtype, causal, window, shape, variant, d, 
     q[:, :, 0] += 6
     k[:, :, 0] += 6
     check_hopper_backward(q, k, v, do, numerics, causal, window, monkeypatch)
+
+
+@pytest.mark.parametrize("variant", ["24", "25"], ids=["stage-freed-at-end", "do-ring"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_fa3_backward_release_points_change_no_dk_dv_bit(d, causal, variant, monkeypatch):
+    """GPROJ_BWD_VARIANT=24 and 25 (session 39) change only when fa3 mode's KV-outer pass hands
+    the Q / dO stages back to the producer (24: at the tile's end, not after the next tile's S;
+    25: dO in a ring of its own, freed once dV is done, waited for by dP alone): every GEMM reads
+    the same tiles in the same order, so dK and dV are bitwise the default's, dQ (fp32
+    reduce-adds across blocks in another order) close; both against float64. Many items per
+    block (GQA over 1300 rows) so that the rings wrap many times."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("needs a Hopper GPU")
+    b, n, h, hk = 2, 1300, 4, 2
+    g = torch.Generator(device=DEV).manual_seed(3900 + d + int(causal))
+    q, do = rand(b, n, h, d, g=g), rand(b, n, h, d, g=g)
+    k, v = rand(b, n, hk, d, g=g), rand(b, n, hk, d, g=g)
+    s = d ** -0.5
+    wr = 0 if causal else -1
+    out, _, st = forward_cuda(q, k, v, None, None, n, n, s, -1, wr, "fa3")
+    got = {}
+    for var in ("0", variant):
+        monkeypatch.setenv("GPROJ_BWD_VARIANT", var)
+        got[var] = backward_cuda(do, q, k, v, out, st, None, None, n, n, s, -1, wr, "fa3",
+                                 hopper=True)
+    monkeypatch.delenv("GPROJ_BWD_VARIANT")
+    for i in (1, 2):  # dK, dV
+        assert torch.isfinite(got["0"][i]).all() and torch.equal(got["0"][i], got[variant][i]), i
+    assert row_rel_err(got["0"][0], got[variant][0]) < 1e-3
+    ref = reference.attention_grads(q.double(), k.double(), v.double(), do.double(),
+                                    causal=causal)
+    for i, j in ((0, 2), (1, 3), (2, 4)):
+        assert row_rel_err(got[variant][i], ref[j]) < 2e-2, i
 
 
 @pytest.mark.parametrize("d,gqa", [(128, False), (64, False), (128, True)],

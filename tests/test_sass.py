@@ -52,6 +52,12 @@ KNOWN_SPILLING_VARIANTS = (
     # (variant 23, the row-range mask at d = 128: 4 bytes in its producer warpgroup, as the
     # default had until session 38)
     "BwdKvTraits<{t}, 128, false, 3, true, 2, 64, false, false, 4>",
+    # (variants 24 and 25, session 39: the stages freed at the tile's end, dO in its own ring;
+    # the defaults' spills, d = 64 in its consumers, d = 128 4 bytes in its producer warpgroup)
+    "BwdKvTraits<{t}, 64, false, 3, true, 2, 128, false, true, 8>",
+    "BwdKvTraits<{t}, 64, false, 3, true, 2, 128, false, true, 24>",
+    "BwdKvTraits<{t}, 128, false, 3, true, 2, 64, false, false, 8>",
+    "BwdKvTraits<{t}, 128, false, 3, true, 2, 64, false, false, 24>",
 )
 # Default kernels that spill, by choice: the KV-outer pass at d = 64 with 128-row query tiles
 # (FlashAttention-3's 128 x 128 tile there) keeps S^T, dP^T, dK and dV (192 registers) live through

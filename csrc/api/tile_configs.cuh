@@ -79,6 +79,12 @@ void hopper_backward(const AttnParams& p_in) {
       } else if (variant == 15) {     // variant 15: dQ's GEMM split by head-dim halves (A/B;
                                       // the default until session 26)
         sm90::run_bwd_kv<T, D, false, 3, true, 2, 128>(p, p.total_q, p.total_k);
+      } else if (variant == 24) {     // variant 24: the Q / dO stage freed at the tile's end
+                                      // (A/B, session 39: kStageFreedAtEnd)
+        sm90::run_bwd_kv<T, D, false, 3, true, 2, 128, false, true, 8>(p, p.total_q, p.total_k);
+      } else if (variant == 25) {     // variant 25: dO in a ring of its own, freed once dV is
+                                      // done; Q's stage at the tile's end (A/B, session 39)
+        sm90::run_bwd_kv<T, D, false, 3, true, 2, 128, false, true, 24>(p, p.total_q, p.total_k);
       } else {  // dQ's GEMM split by query rows (kDqSplitM; -3 to -5%, bench/NOTES.md session 26)
         sm90::run_bwd_kv<T, D, false, 3, true, 2, 128, false, true>(p, p.total_q, p.total_k);
       }
@@ -90,6 +96,12 @@ void hopper_backward(const AttnParams& p_in) {
     } else if (variant == 23) {  // d = 128, variant 23: the diagonal tiles masked by key-row
                                  // ranges (A/B, session 38)
       sm90::run_bwd_kv<T, D, false, 3, true, 2, 64, false, false, 4>(p, p.total_q, p.total_k);
+    } else if (variant == 24) {  // d = 128, variant 24: the Q / dO stage freed at the tile's end
+                                 // (A/B, session 39: kStageFreedAtEnd)
+      sm90::run_bwd_kv<T, D, false, 3, true, 2, 64, false, false, 8>(p, p.total_q, p.total_k);
+    } else if (variant == 25) {  // d = 128, variant 25: dO in a ring of its own, freed once dV
+                                 // is done; Q's stage at the tile's end (A/B, session 39)
+      sm90::run_bwd_kv<T, D, false, 3, true, 2, 64, false, false, 24>(p, p.total_q, p.total_k);
     } else {
       sm90::run_bwd_kv<T, D, false>(p, p.total_q, p.total_k);
     }

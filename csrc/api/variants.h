@@ -154,9 +154,15 @@ inline int fwd_ab() {
 //      S shares of the group per key tile, with any variant).
 //  23: (fa3 mode, d = 128, session 38) the KV-outer pass's diagonal tiles masked by key-row
 //      ranges (Mask::row_queries, the d = 64 pass's form) instead of the per-element test.
+//  24: (fa3 mode, d = 64 / 128, session 39) the KV-outer pass frees a tile's Q / dO stage at the
+//      tile's end, once its dK GEMM is done, instead of after the next tile's S
+//      (BwdKvTraits::kStageFreedAtEnd).
+//  25: (fa3 mode, d = 64 / 128, session 39) variant 24 with dO in a ring of its own, waited for
+//      by dP alone and freed once the tile's dV is done, as FlashAttention-3's backward
+//      (BwdKvTraits::kSplitDoPipe).
 // (13 and 14 measured 7-17% slower than the default, session 26: kept for the record and A/B.)
 inline int bwd_variant() {
-  return env_int_in("GPROJ_BWD_VARIANT", 3, 23);
+  return env_int_in("GPROJ_BWD_VARIANT", 3, 25);
 }
 
 // fa3 mode's KV-outer item order for a launch (AttnParams::kv_tiles_outer): tile-major under a

@@ -204,13 +204,16 @@ __device__ __forceinline__ void round_pairs(Acc const& acc, Out& out) {
 // an ItemCursor, no division per item), Q and dO into the next stage of pipe_q, and with kLoadQc
 // (the gproj pass of bwd_kv_sm90.cuh) the centered queries Q' as well: Q' where centered,
 // elsewhere Q' = Q, loaded twice (the consumers' dK GEMM reads sQc). `prm` has the pass's TMA
-// loads and extents (tma_qc only with kLoadQc).
+// loads and extents (tma_qc only with kLoadQc). With `pipe_do` (fa3 mode's A/B form
+// kSplitDoPipe) dO goes into that ring's stage instead, acquired on its own: its consumers free
+// it once dV is done, before Q's.
 template <bool kLoadQc, int kBlockM, int kBlockN, int kHeadDim, class Prm, class TK, class TQ,
           class Pipeline>
 __device__ __forceinline__ void produce_kv_pass_tiles(
     Prm const& prm, const AttnParams& p, const SeqBounds& seq, int b, int bq, int hk, int n_block,
     const KeyBlockWork& work, TK& sK, TK& sV, TQ& sQ, TQ& sDO, TQ& sQc,
-    cutlass::arch::ClusterTransactionBarrier& barrier_kv, Pipeline& pipe_q) {
+    cutlass::arch::ClusterTransactionBarrier& barrier_kv, Pipeline& pipe_q,
+    Pipeline* pipe_do = nullptr) {
   using Element = typename TK::value_type;
   auto tile_q = Shape<Int<kBlockM>, Int<kHeadDim>>{};
   auto tile_k = Shape<Int<kBlockN>, Int<kHeadDim>>{};
@@ -228,16 +231,17 @@ __device__ __forceinline__ void produce_kv_pass_tiles(
   ItemCursor cur(work);
   for (int it = 0; it < work.n_items; ++it, cur = cur.next(work)) {
     const int h = cur.h, mb = cur.mb;
-    auto load = [&](auto const& tma, auto& smem) {
+    auto load = [&](auto const& tma, auto& smem, Pipeline& pipe) {
       Tensor m = tma_rows(tma, prm.rows_q, kHeadDim, p.heads, prm.batch_q, seq.q_start, h, bq);
       auto [tg, ts] = tma_partition(tma, _0{}, Layout<_1>{}, group_modes<0, 2>(smem),
                                     group_modes<0, 2>(local_tile(m, tile_q, make_coord(_, _0{}))));
-      copy(tma.with(*pipe_q.producer_get_barrier(wr), 0), tg(_, mb), ts(_, wr.index()));
+      copy(tma.with(*pipe.producer_get_barrier(wr), 0), tg(_, mb), ts(_, wr.index()));
     };
     pipe_q.producer_acquire(wr);
-    load(prm.tma_q, sQ);
-    load(prm.tma_do, sDO);
-    if constexpr (kLoadQc) load(reads_centered_queries(p, b, h) ? prm.tma_qc : prm.tma_q, sQc);
+    load(prm.tma_q, sQ, pipe_q);
+    if (pipe_do) pipe_do->producer_acquire(wr);  // (the same stage index: both rings advance together)
+    load(prm.tma_do, sDO, pipe_do ? *pipe_do : pipe_q);
+    if constexpr (kLoadQc) load(reads_centered_queries(p, b, h) ? prm.tma_qc : prm.tma_q, sQc, pipe_q);
     ++wr;
   }
 }

@@ -125,10 +125,27 @@ struct BwdKvTraits {
   // 37; session 11 and 23 had measured each alone). kFa3Ab_ (GPROJ_BWD_VARIANT 18, A/B only):
   // bit 1 waits for dP before P, bit 2 forms lse2 here from the stats, the form before; bit 4
   // (variant 23, session 38, not yet measured) masks the diagonal tiles by key-row ranges, as
-  // the 128-row pass does, instead of the per-element test.
-  static_assert(kFa3Ab_ == 0 || (!kGProj_ && kDqHere_ && kBlockM_ == 64),
-                "the A/B bits are for fa3 mode's 64-row pass");
+  // the 128-row pass does, instead of the per-element test. Bit 8 (variant 24, session 39, both
+  // tile heights; kStageFreedAtEnd) frees the Q / dO stage at the end of its tile; with bit 16
+  // (variant 25) dO has a ring of its own, freed once dV is done (kSplitDoPipe).
+  static_assert(kFa3Ab_ == 0 || (!kGProj_ && kDqHere_ && (kBlockM_ == 64 || (kFa3Ab_ & ~24) == 0)),
+                "the A/B bits are for fa3 mode's 64-row pass (bits 8, 16: also the 128-row one)");
+  static_assert(!(kFa3Ab_ & 16) || (kFa3Ab_ & 8), "dO's own ring only with Q freed at the end");
   static constexpr int kFa3Ab = kFa3Ab_;
+  // When a tile's Q / dO stage goes back to the producer. Default: after the next tile's S (and
+  // the dK before it) is done, where the wait for S finds it. With two stages the producer's
+  // load of tile t + 2 then starts a quarter of a tile (S and dP of t + 1) after the last GEMM
+  // that reads tile t's stage (dK) has ended: at d = 64 the 128-row pass waits for dK at the
+  // tile's end anyway and holds the stage for nothing. kStageFreedAtEnd (kFa3Ab bit 8) waits for
+  // dK at the tile's end (at d = 128 after the dQ staging, which still runs under dK) and frees
+  // the stage there, as FlashAttention-3's backward does (its Q release follows its last wait)
+  // and as the d = 256 passes do (session 10 measured the deferred form there 2-6% slower).
+  // What it costs: at d = 128 the warpgroup no longer queues the next S behind its dK.
+  static constexpr bool kStageFreedAtEnd = (kFa3Ab_ & 8) != 0;
+  // dO in a ring of its own (kFa3Ab bit 16, variant 25): FlashAttention-3's form, dP waits for
+  // dO's stage alone (S only for Q's), and dO's stage is freed as soon as dV, its last reader,
+  // is done, about 40% of a tile before Q's.
+  static constexpr bool kSplitDoPipe = (kFa3Ab_ & 16) != 0;
   // With lse2 from rowstate, delta and lse2 of a tile's rows sit in two arrays (row_delta,
   // row_lse2), so that a lane's column pair reads each as one 8-byte shared load, in the P and
   // the dS pass, instead of a 16-byte {delta, lse2} pair split by ptxas into two scalar loads in
@@ -292,6 +309,8 @@ struct BwdKvTraits {
     alignas(16) cutlass::arch::ClusterTransactionBarrier barrier_kv;
     alignas(16) typename Pipeline::SharedStorage pipe_q;
     int split_last;  // (kv_head_splits > 1) whether this block stores its key tile's sums
+    // kSplitDoPipe: dO's own ring (last, so that the other forms' layout is unchanged)
+    alignas(16) std::conditional_t<kSplitDoPipe, typename Pipeline::SharedStorage, NoTiles> pipe_do;
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an sm90 block may have");
@@ -375,12 +394,24 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     ss.barrier_kv.init(1);
   }
   typename Pipeline::Params pp;
-  // Q and dO (and Q') tiles of one stage
-  pp.transaction_bytes = (kGProj ? 3 : 2) * kBlockM * kHeadDim * int(sizeof(Element));
+  // Q and dO (and Q') tiles of one stage (kSplitDoPipe: Q alone, dO in pipe_do's stage)
+  constexpr int kTileBytes = kBlockM * kHeadDim * int(sizeof(Element));
+  pp.transaction_bytes = (kGProj ? 3 : Traits::kSplitDoPipe ? 1 : 2) * kTileBytes;
   pp.role = wg == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
   pp.is_leader = threadIdx.x == 0;
   pp.num_consumers = Traits::kNumMmaThreads;
   Pipeline pipe_q(ss.pipe_q, pp, Shape<_1, _1, _1>{});
+  struct NoRing {};
+  using DoRing = std::conditional_t<Traits::kSplitDoPipe, Pipeline, NoRing>;
+  DoRing pipe_do = [&]() -> DoRing {
+    if constexpr (Traits::kSplitDoPipe) {
+      typename Pipeline::Params pd = pp;
+      pd.transaction_bytes = kTileBytes;
+      return Pipeline(ss.pipe_do, pd, Shape<_1, _1, _1>{});
+    } else {
+      return NoRing{};
+    }
+  }();
   __syncthreads();
 
   Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), typename Traits::SmemLayoutK{});
@@ -413,9 +444,15 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     // the consumers' setmaxnreg.inc to 240 only takes what the producer released, 24 + 2 x 240 =
     // 3 x 168 exactly (session 11's writer gave the producer 32: the consumers waited forever).
     cutlass::arch::warpgroup_reg_dealloc<24>();
-    if (threadIdx.x == 0 && n_items > 0)
-      produce_kv_pass_tiles<kGProj, kBlockM, kBlockN, kHeadDim>(
-          prm, p, seq, b, bq, hk, n_block, work, sK, sV, sQ, sDO, sQc, ss.barrier_kv, pipe_q);
+    if (threadIdx.x == 0 && n_items > 0) {
+      if constexpr (Traits::kSplitDoPipe)
+        produce_kv_pass_tiles<kGProj, kBlockM, kBlockN, kHeadDim>(
+            prm, p, seq, b, bq, hk, n_block, work, sK, sV, sQ, sDO, sQc, ss.barrier_kv, pipe_q,
+            &pipe_do);
+      else
+        produce_kv_pass_tiles<kGProj, kBlockM, kBlockN, kHeadDim>(
+            prm, p, seq, b, bq, hk, n_block, work, sK, sV, sQ, sDO, sQc, ss.barrier_kv, pipe_q);
+    }
     if constexpr (Traits::kDqHere) {
       // ---------------- dQ writer (warp 1): dq_accum += each staged dQ tile ----------------
       // Per item: for each consumer warpgroup w in turn, wait until w has staged its half and
@@ -684,15 +721,17 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       pipe_q.consumer_wait(rd);
       if constexpr (!Traits::kWGsMeet) turn_wait(w);
       wg_gemm<true>(mma_sdp, tSrK, tSrQ(_, _, _, rd.index()), tSrS);
+      if constexpr (Traits::kSplitDoPipe) pipe_do.consumer_wait(rd);
       wg_gemm<true>(mma_sdp, tSrV, tSrDO(_, _, _, rd.index()), tSrDP);
       if constexpr (!Traits::kWGsMeet) turn_pass<kWGs>(w);
       fetch_rows(it + 1, next.h, next.mb);  // landed before, and published by, this tile's
                                             // consumers_sync below
-      // S, dP, and the previous tile's dK: its Q/dO stage is free now. (kPUnderDp: WGMMA groups
+      // S, dP, and the previous tile's dK: its Q/dO stage is free now (kStageFreedAtEnd: freed
+      // at the end of the previous tile). (kPUnderDp: WGMMA groups
       // retire in issue order, so waiting for all but the newest leaves dP on the tensor cores
       // while P is computed.)
       warpgroup_wait<Traits::kPUnderDp ? 1 : 0>();
-      if (it > 0) pipe_q.consumer_release(rd_prev);
+      if (!Traits::kStageFreedAtEnd && it > 0) pipe_q.consumer_release(rd_prev);
 
       // P^T from the saved softmax state, fp32 and unrounded (dS needs it), one branch-free pass;
       // entries the mask hides are zeroed in a second pass, only on tiles the mask cuts.
@@ -922,6 +961,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
           wg_gemm<false>(mma_kv, make_tensor(tOrDS.data(), acc_to_a_layout(tSrDP.layout())),
                          tKVrQt(_, _, _, rd.index()), tdKrdK);
           warpgroup_wait<1>();
+          if constexpr (Traits::kSplitDoPipe) pipe_do.consumer_release(rd);  // dV done: dO free
         }
 
         // dq_accum += dS~ K (gproj: dS~ K - lambda_hi P~ K, this key tile's share; unscaled).
@@ -980,7 +1020,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         // 128-row tiles: dK waited for here (it ran under the dQ staging), so that dS~'s 32
         // registers are free before the next tile's S and dP (64 + 64): 52 bytes of spill
         // instead of 64.
-        if constexpr (kBlockM == 128) warpgroup_wait<0>();
+        if constexpr (kBlockM == 128 || Traits::kStageFreedAtEnd) warpgroup_wait<0>();
+        if constexpr (Traits::kStageFreedAtEnd) pipe_q.consumer_release(rd);  // dK done: free
       }
       rd_prev = rd;
       ++rd;

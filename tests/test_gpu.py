@@ -1306,17 +1306,18 @@ def check_hopper_backward(q, k, v, do, numerics, causal, window, monkeypatch):
                          ids=["gqa", "square", "mqa"])
 @pytest.mark.parametrize("variant", ["0", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12",
                                      "13", "14", "15", "18", "20", "21", "22", "23", "24",
-                                     "25"],
+                                     "25", "26", "27"],
                          ids=["default", "three-parts", "dq-in-kv", "kv-3wg", "two-parts",
                               "qouter-64keys", "qouter-128keys", "kv-64rows", "kv-96rows",
                               "passes-in-turn", "counted-in-turn", "dq-per-wg-64", "dq-per-wg-128",
                               "dq-split-headdim", "dp-before-p-128", "tiles-outer-gqa",
                               "tiles-outer-all", "per-query-head", "row-range-mask-128",
-                              "stage-freed-at-end", "do-ring"])
+                              "stage-freed-at-end", "do-ring",
+                              "ds-by-address-64", "freed-at-end-ds-by-address"])
 @pytest.mark.parametrize("d", [64, 128])
 def test_hopper_kv_backward(numerics, dtype, causal, window, shape, variant, d, monkeypatch):
     """The Hopper backward (csrc/backward/bwd_kv_sm90.cuh, bwd_lambda_sm90.cuh, d=64/128;
-    GPROJ_BWD_VARIANT 0, 3-15, 18 and 20-25) against the float64 reference (within 1.5x the
+    GPROJ_BWD_VARIANT 0, 3-15, 18 and 20-27) against the float64 reference (within 1.5x the
     emulator's error) and the mma.sync passes. Query head 0 and kv head 0 carry an offset of 6: the centering
     removes a coordinate's shift c only where every value lies in [c/2, 2c] = [3, 12], which
     N(0,1) + 6 over a few hundred rows rarely does, so most coordinates keep it; a form that
@@ -1329,8 +1330,10 @@ def test_hopper_kv_backward(numerics, dtype, causal, window, shape, variant, d, 
         pytest.skip("variant 22 splits only fa3 mode's GQA groups")
     if variant == "23" and (numerics != "fa3" or d != 128):
         pytest.skip("variant 23 is fa3 mode's d = 128 pass")
-    if variant in ("24", "25") and numerics != "fa3":
+    if variant in ("24", "25", "27") and numerics != "fa3":
         pytest.skip(f"variant {variant} is fa3 mode's KV-outer pass")
+    if variant == "26" and (numerics != "fa3" or d != 64):
+        pytest.skip("variant 26 is fa3 mode's d = 64 pass")
     monkeypatch.setenv("GPROJ_BWD_VARIANT", variant)
     b, nq, nk, h, hk = shape
     g = torch.Generator(device=DEV).manual_seed(nq + nk + int(causal))
@@ -1341,18 +1344,22 @@ def test_hopper_kv_backward(numerics, dtype, causal, window, shape, variant, d, 
     check_hopper_backward(q, k, v, do, numerics, causal, window, monkeypatch)
 
 
-@pytest.mark.parametrize("variant", ["24", "25"], ids=["stage-freed-at-end", "do-ring"])
+@pytest.mark.parametrize("variant", ["24", "25", "26", "27"],
+                         ids=["stage-freed-at-end", "do-ring", "ds-by-address", "both"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("d", [64, 128])
 def test_fa3_backward_release_points_change_no_dk_dv_bit(d, causal, variant, monkeypatch):
-    """GPROJ_BWD_VARIANT=24 and 25 (session 39) change only when fa3 mode's KV-outer pass hands
+    """GPROJ_BWD_VARIANT=24 to 27 (session 39) change only when fa3 mode's KV-outer pass hands
     the Q / dO stages back to the producer (24: at the tile's end, not after the next tile's S;
-    25: dO in a ring of its own, freed once dV is done, waited for by dP alone): every GEMM reads
-    the same tiles in the same order, so dK and dV are bitwise the default's, dQ (fp32
-    reduce-adds across blocks in another order) close; both against float64. Many items per
-    block (GQA over 1300 rows) so that the rings wrap many times."""
+    25: dO in a ring of its own, freed once dV is done, waited for by dP alone) and, at d = 64,
+    how it addresses its dS~ stores (26; 27 with 24): every GEMM reads the same values in the
+    same order, so dK and dV are bitwise the default's, dQ (fp32 reduce-adds across blocks in
+    another order) close; both against float64. Many items per block (GQA over 1300 rows) so
+    that the rings wrap many times."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("needs a Hopper GPU")
+    if variant == "26" and d != 64:
+        pytest.skip("variant 26 is the d = 64 pass's")
     b, n, h, hk = 2, 1300, 4, 2
     g = torch.Generator(device=DEV).manual_seed(3900 + d + int(causal))
     q, do = rand(b, n, h, d, g=g), rand(b, n, h, d, g=g)

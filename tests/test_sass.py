@@ -53,7 +53,9 @@ KNOWN_SPILLING_VARIANTS = (
     # default had until session 38)
     "BwdKvTraits<{t}, 128, false, 3, true, 2, 64, false, false, 4>",
     # (variants 24 and 25, session 39: the stages freed at the tile's end, dO in its own ring;
-    # the defaults' spills, d = 64 in its consumers, d = 128 4 bytes in its producer warpgroup)
+    # the defaults' spills, d = 64 in its consumers, d = 128 4 bytes in its producer warpgroup.
+    # Variants 26 and 27, the d = 64 pass's dS~ stores by address, alone and with 24, spill
+    # nothing.)
     "BwdKvTraits<{t}, 64, false, 3, true, 2, 128, false, true, 8>",
     "BwdKvTraits<{t}, 64, false, 3, true, 2, 128, false, true, 24>",
     "BwdKvTraits<{t}, 128, false, 3, true, 2, 64, false, false, 8>",

@@ -85,6 +85,11 @@ void hopper_backward(const AttnParams& p_in) {
       } else if (variant == 25) {     // variant 25: dO in a ring of its own, freed once dV is
                                       // done; Q's stage at the tile's end (A/B, session 39)
         sm90::run_bwd_kv<T, D, false, 3, true, 2, 128, false, true, 24>(p, p.total_q, p.total_k);
+      } else if (variant == 26) {     // variant 26: the dS~ stores by one 32-bit address, as
+                                      // the 64-row pass's (A/B, session 39)
+        sm90::run_bwd_kv<T, D, false, 3, true, 2, 128, false, true, 32>(p, p.total_q, p.total_k);
+      } else if (variant == 27) {     // variant 27: 24 and 26 together (A/B, session 39)
+        sm90::run_bwd_kv<T, D, false, 3, true, 2, 128, false, true, 40>(p, p.total_q, p.total_k);
       } else {  // dQ's GEMM split by query rows (kDqSplitM; -3 to -5%, bench/NOTES.md session 26)
         sm90::run_bwd_kv<T, D, false, 3, true, 2, 128, false, true>(p, p.total_q, p.total_k);
       }
@@ -96,8 +101,9 @@ void hopper_backward(const AttnParams& p_in) {
     } else if (variant == 23) {  // d = 128, variant 23: the diagonal tiles masked by key-row
                                  // ranges (A/B, session 38)
       sm90::run_bwd_kv<T, D, false, 3, true, 2, 64, false, false, 4>(p, p.total_q, p.total_k);
-    } else if (variant == 24) {  // d = 128, variant 24: the Q / dO stage freed at the tile's end
-                                 // (A/B, session 39: kStageFreedAtEnd)
+    } else if (variant == 24 || variant == 27) {  // d = 128, variant 24 (27: the same at
+                                 // d = 128): the Q / dO stage freed at the tile's end (A/B,
+                                 // session 39: kStageFreedAtEnd)
       sm90::run_bwd_kv<T, D, false, 3, true, 2, 64, false, false, 8>(p, p.total_q, p.total_k);
     } else if (variant == 25) {  // d = 128, variant 25: dO in a ring of its own, freed once dV
                                  // is done; Q's stage at the tile's end (A/B, session 39)

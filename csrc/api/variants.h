@@ -160,9 +160,13 @@ inline int fwd_ab() {
 //  25: (fa3 mode, d = 64 / 128, session 39) variant 24 with dO in a ring of its own, waited for
 //      by dP alone and freed once the tile's dV is done, as FlashAttention-3's backward
 //      (BwdKvTraits::kSplitDoPipe).
+//  26: (fa3 mode, d = 64, session 39) the 128-row KV-outer pass stores its dS~ by one 32-bit
+//      shared address and XORs, as the 64-row pass does, instead of CuTe's copy (BwdKvTraits::
+//      kFa3Ab bit 32).
+//  27: (fa3 mode, d = 64 / 128, session 39) 24 and 26 together (d = 128: 24).
 // (13 and 14 measured 7-17% slower than the default, session 26: kept for the record and A/B.)
 inline int bwd_variant() {
-  return env_int_in("GPROJ_BWD_VARIANT", 3, 25);
+  return env_int_in("GPROJ_BWD_VARIANT", 3, 27);
 }
 
 // fa3 mode's KV-outer item order for a launch (AttnParams::kv_tiles_outer): tile-major under a

@@ -127,9 +127,12 @@ struct BwdKvTraits {
   // (variant 23, session 38, not yet measured) masks the diagonal tiles by key-row ranges, as
   // the 128-row pass does, instead of the per-element test. Bit 8 (variant 24, session 39, both
   // tile heights; kStageFreedAtEnd) frees the Q / dO stage at the end of its tile; with bit 16
-  // (variant 25) dO has a ring of its own, freed once dV is done (kSplitDoPipe).
-  static_assert(kFa3Ab_ == 0 || (!kGProj_ && kDqHere_ && (kBlockM_ == 64 || (kFa3Ab_ & ~24) == 0)),
-                "the A/B bits are for fa3 mode's 64-row pass (bits 8, 16: also the 128-row one)");
+  // (variant 25) dO has a ring of its own, freed once dV is done (kSplitDoPipe); bit 32 (variant
+  // 26, the 128-row pass only) stores its dS~ by one 32-bit address, as the 64-row pass does.
+  static_assert(kFa3Ab_ == 0 || (!kGProj_ && kDqHere_ &&
+                                 (kBlockM_ == 64 ? (kFa3Ab_ & 32) == 0 : (kFa3Ab_ & ~56) == 0)),
+                "the A/B bits are for fa3 mode's 64-row pass (bits 8, 16: also the 128-row one; "
+                "bit 32: the 128-row one only)");
   static_assert(!(kFa3Ab_ & 16) || (kFa3Ab_ & 8), "dO's own ring only with Q freed at the end");
   static constexpr int kFa3Ab = kFa3Ab_;
   // When a tile's Q / dO stage goes back to the producer. Default: after the next tile's S (and
@@ -610,15 +613,20 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   // one XOR 32 k bytes (k = 0..3: the swizzle moves a 16-byte row within its 128-byte line), and
   // stage s is at + s * kDsStageBytes, which moves no bit the swizzle reads (bits 4-9 of a
   // 1024-aligned buffer); tests/host/ds_store_addresses.cu checks both against CuTe's partition
-  // for every lane.
-  constexpr bool kDsByAddress = Traits::kDqHere && !kGProj && kBlockM == 64 && !Traits::kDqPerWg;
+  // for every lane. The 128-row pass (d = 64) recomputes its eight the same way (~45
+  // instructions a tile and a reloaded spill, SASS of session 38's build); with kFa3Ab bit 32
+  // (variant 26, session 39, A/B) it takes them alike: blocks 4..7 are blocks 0..3 of the next
+  // 64 queries, the next swizzle atom, XOR 1024 (the same host test checks that layout too).
+  constexpr bool kDsByAddress = Traits::kDqHere && !kGProj && !Traits::kDqPerWg &&
+                                (kBlockM == 64 || (Traits::kFa3Ab & 32));
   constexpr int kDsStageBytes = kBlockM * kBlockN * int(sizeof(Element));
   static_assert(kDsStageBytes % 1024 == 0, "a dS~ stage moves no swizzled address bit");
+  constexpr int kDsBlocks = kBlockM / 16;  // x4 stmatrix blocks (8 values each) per lane
   uint32_t ds_addr0 = 0;
   if constexpr (kDsByAddress) {
-    static_assert(decltype(size(tRSsDS(_, _, _, 0)))::value == 32 &&
+    static_assert(decltype(size(tRSsDS(_, _, _, 0)))::value == 8 * kDsBlocks &&
                       decltype(size<1>(tRSsDS) * size<2>(tRSsDS))::value == 1,
-                  "one x4 stmatrix group of 4 per lane (the layout the XOR rule was checked on)");
+                  "4 or 8 x4 stmatrix blocks per lane (the layouts the XOR rule was checked on)");
     ds_addr0 = static_cast<uint32_t>(__cvta_generic_to_shared(&tRSsDS(0, 0, 0, 0)));
   }
 
@@ -845,12 +853,12 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       if constexpr (kDsByAddress) {
         // (the lane's 32 values in the copy's order: 16 packed pairs, four per stmatrix)
         Tensor src = recast<uint32_t>(r2s_thr.retile_S(tOrDS));
-        static_assert(decltype(size(src))::value == 16, "16 packed pairs per lane");
+        static_assert(decltype(size(src))::value == 4 * kDsBlocks, "4 packed pairs per block");
         const uint32_t a = ds_addr0 + ds_stage * kDsStageBytes;
         CUTLASS_PRAGMA_UNROLL
-        for (int k = 0; k < 4; ++k)
-          stmatrix_x4(a ^ uint32_t(32 * k), src(4 * k), src(4 * k + 1), src(4 * k + 2),
-                      src(4 * k + 3));
+        for (int k = 0; k < kDsBlocks; ++k)
+          stmatrix_x4(a ^ uint32_t(32 * (k % 4) + 1024 * (k / 4)), src(4 * k), src(4 * k + 1),
+                      src(4 * k + 2), src(4 * k + 3));
       } else if constexpr (Traits::kDqHere) {
         copy(r2s, r2s_thr.retile_S(tOrDS), tRSsDS(_, _, _, ds_stage));
       }

@@ -164,9 +164,11 @@ inline int fwd_ab() {
 //      shared address and XORs, as the 64-row pass does, instead of CuTe's copy (BwdKvTraits::
 //      kFa3Ab bit 32).
 //  27: (fa3 mode, d = 64 / 128, session 39) 24 and 26 together (d = 128: 24).
+//  28: (fa3 mode, d = 256, session 39) the 80-key pass computes P while dP is on the tensor
+//      cores, lse2 from rowstate (bwd_kv_dkvt_sm90_kernel's kPUnderDp), as the d = 128 pass.
 // (13 and 14 measured 7-17% slower than the default, session 26: kept for the record and A/B.)
 inline int bwd_variant() {
-  return env_int_in("GPROJ_BWD_VARIANT", 3, 27);
+  return env_int_in("GPROJ_BWD_VARIANT", 3, 28);
 }
 
 // fa3 mode's KV-outer item order for a launch (AttnParams::kv_tiles_outer): tile-major under a

@@ -101,7 +101,8 @@ struct BwdKvDkvtTraits {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutDO>, 1024> dout;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutP>, 1024> p;   // P~
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutP>, 1024> ds;  // dS~
-    // per query row, double buffered: {raw score max, log2 row sum} and {delta, (unused)}
+    // per query row, double buffered: {raw score max, log2 row sum} (stats) and rowstate's
+    // {delta, lse2} (kPUnderDp reads lse2 there and fetches no stats)
     alignas(16) float2 row_st[2][kBlockM];
     alignas(16) float2 row_dl[2][kBlockM];
     alignas(16) cutlass::arch::ClusterTransactionBarrier barrier_kv;
@@ -215,8 +216,13 @@ __device__ __forceinline__ typename Pipeline::Params kv_pipe_params(int wg, int 
   return pp;
 }
 
-// kDvFirst: the order of a tile's dV and first dQ GEMMs (see the loop).
-template <class Traits, bool kDvFirst>
+// kDvFirst: the order of a tile's dV and first dQ GEMMs (see the loop). kPUnderDp (A/B,
+// GPROJ_BWD_VARIANT=28, session 39; not yet measured): P computed while dP is still on the tensor
+// cores, with lse2 taken from rowstate (delta_kernel's, bit for bit load_row_softmax's) instead of
+// formed from the stats, as FlashAttention-3's d = 256 backward (its SASS: S waited for alone,
+// the exp2s under dP) and as fa3 mode's d = 128 pass since session 37, where the two together
+// measured -3 to -5% (each alone 0 to +3%).
+template <class Traits, bool kDvFirst, bool kPUnderDp = false>
 __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     bwd_kv_dkvt_sm90_kernel(CUTE_GRID_CONSTANT BwdKvDkvtParams<Traits> const prm) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
@@ -373,7 +379,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       const int i = mb * kBlockM + slot;
       const bool ok = i < seq.nq;
       const int64_t idx = ok ? rowstat_index(p, b, h, seq.q_start + i) : 0;
-      cp_async_zfill(&ss.row_st[it & 1][slot], reinterpret_cast<const float2*>(p.stats) + idx, ok);
+      if constexpr (!kPUnderDp)
+        cp_async_zfill(&ss.row_st[it & 1][slot], reinterpret_cast<const float2*>(p.stats) + idx, ok);
       const float* rs = reinterpret_cast<const float*>(p.rowstate) + 4 * idx;
       cp_async_zfill(&ss.row_dl[it & 1][slot], reinterpret_cast<const float2*>(rs), ok);
     }
@@ -410,10 +417,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       CUTLASS_PRAGMA_UNROLL
       for (int r = 0; r < kRows; ++r) {
         const int qi = get<0>(c_rc(r, 0));
-        lse2[r] = load_row_softmax(row_st[qi], c).lse2;
-        delta[r] = row_dl[qi].x;
+        const float2 dl = row_dl[qi];  // rowstate's {delta, lse2}
+        lse2[r] = kPUnderDp ? dl.y : load_row_softmax(row_st[qi], c).lse2;
+        delta[r] = dl.x;
       }
-      warpgroup_wait<0>();
+      warpgroup_wait<kPUnderDp ? 1 : 0>();  // (kPUnderDp: S only; dP stays on the tensor cores)
       Tensor s_rc = make_tensor(tSrS.data(), acc_rowcol(tSrS.layout()));
       Tensor dp_rc = make_tensor(tSrDP.data(), acc_rowcol(tSrDP.layout()));
       CUTLASS_PRAGMA_UNROLL
@@ -429,6 +437,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
           for (int r = 0; r < kRows; ++r)
             if (!mask.visible(i0 + get<0>(c_rc(r, j)), n0 + get<1>(c_rc(r, j)))) s_rc(r, j) = 0.f;
       }
+      if constexpr (kPUnderDp) warpgroup_wait<0>();  // dP
       CUTLASS_PRAGMA_UNROLL
       for (int r = 0; r < kRows; ++r)
         CUTLASS_PRAGMA_UNROLL
@@ -514,9 +523,14 @@ void run_bwd_kv_dkvt(const AttnParams& p, int total_q, int total_k) {
   using Traits = BwdKvDkvtTraits<T, kHeadDim>;
   BwdKvDkvtParams<Traits> prm;
   set_kv_pass_tmas<Traits>(prm, p, total_q, total_k);
-  // dV first without a mask (variant 17: dQ first there too, the order until session 29)
-  auto kernel = !p.masked() && bwd_variant() != 17 ? bwd_kv_dkvt_sm90_kernel<Traits, true>
-                                                : bwd_kv_dkvt_sm90_kernel<Traits, false>;
+  // dV first without a mask (variant 17: dQ first there too, the order until session 29);
+  // variant 28: P under dP (A/B, session 39)
+  const bool dv_first = !p.masked() && bwd_variant() != 17;
+  auto kernel = bwd_variant() == 28
+                    ? (dv_first ? bwd_kv_dkvt_sm90_kernel<Traits, true, true>
+                                : bwd_kv_dkvt_sm90_kernel<Traits, false, true>)
+                    : (dv_first ? bwd_kv_dkvt_sm90_kernel<Traits, true>
+                                : bwd_kv_dkvt_sm90_kernel<Traits, false>);
   const int tiles = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
   if (tiles == 0) return;
   dim3 grid;

@@ -616,7 +616,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   // for every lane. The 128-row pass (d = 64) recomputes its eight the same way (~45
   // instructions a tile and a reloaded spill, SASS of session 38's build); with kFa3Ab bit 32
   // (variant 26, session 39, A/B) it takes them alike: blocks 4..7 are blocks 0..3 of the next
-  // 64 queries, the next swizzle atom, XOR 1024 (the same host test checks that layout too).
+  // 64 queries, the next swizzle atom, 1024 bytes on (added, not XORed: the buffer is only
+  // 1024-aligned, so bit 10 of the address may be set; session 39's first form XORed it and the
+  // GPU test caught dQ reading unwritten rows. The host test now places the buffer so.)
   constexpr bool kDsByAddress = Traits::kDqHere && !kGProj && !Traits::kDqPerWg &&
                                 (kBlockM == 64 || (Traits::kFa3Ab & 32));
   constexpr int kDsStageBytes = kBlockM * kBlockN * int(sizeof(Element));
@@ -857,8 +859,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         const uint32_t a = ds_addr0 + ds_stage * kDsStageBytes;
         CUTLASS_PRAGMA_UNROLL
         for (int k = 0; k < kDsBlocks; ++k)
-          stmatrix_x4(a ^ uint32_t(32 * (k % 4) + 1024 * (k / 4)), src(4 * k), src(4 * k + 1),
-                      src(4 * k + 2), src(4 * k + 3));
+          stmatrix_x4((a + uint32_t(1024 * (k / 4))) ^ uint32_t(32 * (k % 4)), src(4 * k),
+                      src(4 * k + 1), src(4 * k + 2), src(4 * k + 3));
       } else if constexpr (Traits::kDqHere) {
         copy(r2s, r2s_thr.retile_S(tOrDS), tRSsDS(_, _, _, ds_stage));
       }

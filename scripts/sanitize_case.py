@@ -34,15 +34,15 @@ if os.environ.get("SANITIZE_ONLY_VARLEN") == "1":
 # the group split over blocks (22, GPROJ_BWD_KV_SPLITS=2) and the row-range mask (23), d = 64 /
 # 128, causal and a window that leaves the first key block to no query (its blocks have no items
 # but still add to the split group's sums); and session 39's forms (24-28: release points,
-# d = 64's dS~ addresses, d = 256's P under dP)
+# d = 64's dS~ addresses, d = 256's P under dP and stores by address)
 if os.environ.get("SANITIZE_ONLY_GQA_ORDERS") == "1":
     for variant, splits in (("20", ""), ("21", ""), ("22", ""), ("0", "2"), ("20", "2"),
                             ("23", ""), ("24", ""), ("25", ""), ("26", ""), ("27", ""),
-                            ("28", "")):
+                            ("28", ""), ("30", "")):
         os.environ["GPROJ_BWD_VARIANT"] = variant
         os.environ["GPROJ_BWD_KV_SPLITS"] = splits
         for d in (64, 128, 256):
-            if (d == 256) != (variant == "28"):
+            if (d == 256) != (variant in ("28", "30")):
                 continue
             for nq, window in ((300, (-1, 0)), (77, (30, 0)), (300, (-1, -1))):
                 q = torch.randn(2, nq, 8, d, device="cuda", dtype=torch.bfloat16,

@@ -1479,8 +1479,9 @@ def test_fa3_backward_gqa_work_orders(d, variant, splits, varlen, causal, monkey
                          ids=["full", "causal", "window"])
 @pytest.mark.parametrize("shape", [(2, 257, 300, 4, 2), (1, 1000, 1000, 2, 2), (3, 64, 17, 8, 1)],
                          ids=["gqa", "square", "mqa"])
-@pytest.mark.parametrize("variant", ["0", "16", "17", "28"],
-                         ids=["default", "v16", "v17", "p-under-dp"])
+@pytest.mark.parametrize("variant", ["0", "16", "17", "28", "29", "30"],
+                         ids=["default", "v16", "v17", "p-under-dp", "stores-by-address",
+                              "p-under-dp-stores-by-address"])
 def test_hopper_backward_hd256(numerics, dtype, causal, window, shape, variant, monkeypatch):
     """The Hopper backward at d=256 against the float64 reference (within 1.5x the emulator's
     error) and the mma.sync passes; gproj also keeps Σ_j dK_j at zero. Both fa3-mode KV-outer
@@ -1489,8 +1490,8 @@ def test_hopper_backward_hd256(numerics, dtype, causal, window, shape, variant, 
     GPROJ_BWD_VARIANT=17 the first dQ slice first as under a mask) and the head dim split
     between the two consumer warpgroups on 64-key blocks (bwd_kv_split_sm90.cuh,
     GPROJ_BWD_VARIANT=16; gproj's after its λ pre-pass, A in two parts); both add dQ by
-    reductions. GPROJ_BWD_VARIANT=28 (session 39): the 80-key pass with P computed under dP, lse2
-    from rowstate."""
+    reductions. GPROJ_BWD_VARIANT=28-30 (session 39): the 80-key pass with P computed under dP,
+    lse2 from rowstate (28), P~ / dS~ stored by per-lane base addresses (29), both (30)."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("needs a Hopper GPU")
     if variant != "0" and numerics != "fa3":
@@ -1507,12 +1508,14 @@ def test_hopper_backward_hd256(numerics, dtype, causal, window, shape, variant, 
     check_hopper_backward(q, k, v, do, numerics, causal, window, monkeypatch)
 
 
+@pytest.mark.parametrize("variant", ["28", "29", "30"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_fa3_backward_hd256_p_under_dp_changes_no_dk_dv_bit(causal, monkeypatch):
+def test_fa3_backward_hd256_forms_change_no_dk_dv_bit(causal, variant, monkeypatch):
     """GPROJ_BWD_VARIANT=28 (session 39) computes P in fa3 mode's d = 256 pass while dP is on the
     tensor cores, with lse2 read from rowstate, which delta_kernel forms bit for bit as the pass
-    forms it from the stats: P, dS and so dK and dV are bitwise the default's, dQ (fp32
-    reductions in another order) close; against float64 too."""
+    forms it from the stats; 29 stores P~ and dS~ by per-lane base addresses and constants; 30
+    both: P, dS and so dK and dV are bitwise the default's, dQ (fp32 reductions in another
+    order) close; against float64 too."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("needs a Hopper GPU")
     b, n, h, hk, d = 2, 700, 4, 2, 256
@@ -1523,18 +1526,18 @@ def test_fa3_backward_hd256_p_under_dp_changes_no_dk_dv_bit(causal, monkeypatch)
     wr = 0 if causal else -1
     out, _, st = forward_cuda(q, k, v, None, None, n, n, s, -1, wr, "fa3")
     got = {}
-    for var in ("0", "28"):
+    for var in ("0", variant):
         monkeypatch.setenv("GPROJ_BWD_VARIANT", var)
         got[var] = backward_cuda(do, q, k, v, out, st, None, None, n, n, s, -1, wr, "fa3",
                                  hopper=True)
     monkeypatch.delenv("GPROJ_BWD_VARIANT")
     for i in (1, 2):  # dK, dV
-        assert torch.isfinite(got["0"][i]).all() and torch.equal(got["0"][i], got["28"][i]), i
-    assert row_rel_err(got["0"][0], got["28"][0]) < 1e-3
+        assert torch.isfinite(got["0"][i]).all() and torch.equal(got["0"][i], got[variant][i]), i
+    assert row_rel_err(got["0"][0], got[variant][0]) < 1e-3
     ref = reference.attention_grads(q.double(), k.double(), v.double(), do.double(),
                                     causal=causal)
     for i, j in ((0, 2), (1, 3), (2, 4)):
-        assert row_rel_err(got["28"][i], ref[j]) < 2e-2, i
+        assert row_rel_err(got[variant][i], ref[j]) < 2e-2, i
 
 
 @pytest.mark.parametrize("d", [64, 128])

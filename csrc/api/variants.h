@@ -165,10 +165,12 @@ inline int fwd_ab() {
 //      kFa3Ab bit 32).
 //  27: (fa3 mode, d = 64 / 128, session 39) 24 and 26 together (d = 128: 24).
 //  28: (fa3 mode, d = 256, session 39) the 80-key pass computes P while dP is on the tensor
-//      cores, lse2 from rowstate (bwd_kv_dkvt_sm90_kernel's kPUnderDp), as the d = 128 pass.
+//      cores, lse2 from rowstate (bwd_kv_dkvt_sm90_kernel's kAb bit 1), as the d = 128 pass;
+//  29: (the same pass) P~ and dS~ stored by two per-lane base addresses and constants
+//      (stmatrix_rows_at; kAb bit 2); 30: 28 and 29 together.
 // (13 and 14 measured 7-17% slower than the default, session 26: kept for the record and A/B.)
 inline int bwd_variant() {
-  return env_int_in("GPROJ_BWD_VARIANT", 3, 28);
+  return env_int_in("GPROJ_BWD_VARIANT", 3, 30);
 }
 
 // fa3 mode's KV-outer item order for a launch (AttnParams::kv_tiles_outer): tile-major under a

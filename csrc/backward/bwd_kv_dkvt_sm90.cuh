@@ -203,6 +203,35 @@ __device__ __forceinline__ void stmatrix_rows(Frag const& r16, Smem& s, int row,
   }
 }
 
+// stmatrix_rows by address: the same stores, with the lane's group-g address of buffer buf taken
+// from two per-lane bases and constants. The P~ / dS~ layout (SmemLayoutP: 8 x 16 atoms of the
+// 32-byte swizzle, atoms 2048 bytes apart along the keys, buffers kBufBytes apart) moves a
+// lane's 16-byte chunk to its other half of the atom row from one 8-key group to the next (the
+// swizzle flips address bit 4 with bit 7, which no offset below touches), and every second group
+// into the next atom. With c0 = col0 / 8 (0 or 5: warpgroup w's first key 40 w), group g is
+// chunk c0 + g: atom (c0 + g) / 2, so relative to group 0 the even groups are 2048 (g / 2)
+// bytes on and the odd ones 2048 (g / 2 + w) on with bit 4 flipped:
+//   even = addr(group 0, buffer 0),  odd = (even + 2048 w) ^ 16,
+//   addr(g, buf) = (g even ? even : odd) + 2048 (g / 2) + kBufBytes buf
+// (tests/host/ds_store_addresses.cu checks it for every lane, both warpgroups and buffers.)
+// Through the layout each group's address took ~7 instructions of 64-bit generic arithmetic a
+// tile (SASS, session 39); FlashAttention-3's stores take one register and immediates.
+template <int kBufBytes, class Frag>
+__device__ __forceinline__ void stmatrix_rows_at(Frag const& r16, uint32_t even, uint32_t odd,
+                                                 int buf) {
+  Tensor rc = make_tensor(r16.data(), acc_rowcol(r16.layout()));
+  constexpr int kGroups = decltype(size<1>(rc))::value / 2;
+  const uint32_t at = uint32_t(kBufBytes) * uint32_t(buf);
+  CUTLASS_PRAGMA_UNROLL
+  for (int g = 0; g < kGroups; ++g) {
+    const uint32_t a = (g % 2 == 0 ? even : odd) + at + uint32_t(2048 * (g / 2));
+    const uint32_t r0 = *reinterpret_cast<const uint32_t*>(&rc(0, 2 * g));
+    const uint32_t r1 = *reinterpret_cast<const uint32_t*>(&rc(1, 2 * g));
+    asm volatile("stmatrix.sync.aligned.x2.m8n8.shared.b16 [%0], {%1, %2};\n" ::"r"(a), "r"(r0),
+                 "r"(r1) : "memory");
+  }
+}
+
 // The Params of a TMA pipeline whose producer is warpgroup 0 (thread 0 leads) and whose
 // consumers are the other `consumers` threads; `bytes` per stage.
 template <class Pipeline>
@@ -216,13 +245,15 @@ __device__ __forceinline__ typename Pipeline::Params kv_pipe_params(int wg, int 
   return pp;
 }
 
-// kDvFirst: the order of a tile's dV and first dQ GEMMs (see the loop). kPUnderDp (A/B,
-// GPROJ_BWD_VARIANT=28, session 39; not yet measured): P computed while dP is still on the tensor
-// cores, with lse2 taken from rowstate (delta_kernel's, bit for bit load_row_softmax's) instead of
-// formed from the stats, as FlashAttention-3's d = 256 backward (its SASS: S waited for alone,
-// the exp2s under dP) and as fa3 mode's d = 128 pass since session 37, where the two together
-// measured -3 to -5% (each alone 0 to +3%).
-template <class Traits, bool kDvFirst, bool kPUnderDp = false>
+// kDvFirst: the order of a tile's dV and first dQ GEMMs (see the loop). kAb, A/B forms (session
+// 39): bit 1 (GPROJ_BWD_VARIANT 28 and 30) computes P while dP is still on the tensor cores, with
+// lse2 taken from rowstate (delta_kernel's, bit for bit load_row_softmax's) instead of formed from
+// the stats, as FlashAttention-3's d = 256 backward (its SASS: S waited for alone, the exp2s
+// under dP) and fa3 mode's d = 128 pass since session 37 (there the two together measured -3 to
+// -5%; here -1.0 / -0.5 / 0 / -0.3% at 2k / 8k / 4k causal / 16k causal, one interleaved run);
+// bit 2 (variants 29 and 30) stores P~ and dS~ by two 32-bit base addresses per lane and
+// constant offsets (stmatrix_rows_at) instead of each group's address through the layout.
+template <class Traits, bool kDvFirst, int kAb = 0>
 __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     bwd_kv_dkvt_sm90_kernel(CUTE_GRID_CONSTANT BwdKvDkvtParams<Traits> const prm) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
@@ -232,6 +263,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   constexpr int kHalf = Traits::kHalf, kDqSlice = Traits::kDqSlice;
   using PipelineQ = typename Traits::PipelineQ;
   using PipelineDO = typename Traits::PipelineDO;
+  constexpr bool kPUnderDp = (kAb & 1) != 0, kStoresByAddress = (kAb & 2) != 0;
   const AttnParams& p = prm.p;
 
   // (causal: the first key blocks, which the most query tiles see, first; grid_tile)
@@ -355,6 +387,15 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   // (stmatrix_rows). (CuTe's tiled copy cannot split the 32-byte swizzle atoms of 16 keys at the
   // warpgroups' 40-key boundary: its layout algebra fails to compile there.)
   const int stsm_row = 16 * ((tid & 127) / 32) + (tid & 15);  // this lane's row address
+  // kStoresByAddress: the lane's two bases (stmatrix_rows_at), P~'s; dS~'s kDsFromP bytes on
+  constexpr int kBufBytes = cute::cosize_v<typename Traits::SmemLayoutP> / Traits::kTileBufs *
+                            int(sizeof(Element));
+  static_assert(kBufBytes % 2048 == 0 && Traits::kBlockN / 2 == 40,
+                "the layout stmatrix_rows_at's offsets were checked on");
+  const uint32_t st_even = static_cast<uint32_t>(__cvta_generic_to_shared(&sP(stsm_row, 40 * w, 0)));
+  const uint32_t st_odd = (st_even + 2048u * uint32_t(w)) ^ 16u;
+  const uint32_t ds_from_p = static_cast<uint32_t>(__cvta_generic_to_shared(ss.ds.data()) -
+                                                   __cvta_generic_to_shared(ss.p.data()));
 
   auto shape_s = Shape<Int<kBlockM>, Int<kBlockN>>{};  // (queries, keys)
   Tensor tScS = thr_sdp.partition_C(make_identity_tensor(shape_s));
@@ -447,8 +488,13 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       Tensor tOrdS = make_tensor_like<Element>(tSrDP);
       round_pairs<T>(tSrS, tOrP);
       round_pairs<T>(tSrDP, tOrdS);
-      stmatrix_rows(tOrP, sP, stsm_row, 40 * w, buf);
-      stmatrix_rows(tOrdS, sdS, stsm_row, 40 * w, buf);
+      if constexpr (kStoresByAddress) {
+        stmatrix_rows_at<kBufBytes>(tOrP, st_even, st_odd, buf);
+        stmatrix_rows_at<kBufBytes>(tOrdS, st_even + ds_from_p, st_odd + ds_from_p, buf);
+      } else {
+        stmatrix_rows(tOrP, sP, stsm_row, 40 * w, buf);
+        stmatrix_rows(tOrdS, sdS, stsm_row, 40 * w, buf);
+      }
       cute::cp_async_wait<0>();                  // the next tile's rows have landed
       cutlass::arch::fence_view_async_shared();  // stmatrix writes -> WGMMA reads
       consumers_sync();                          // both halves of P~ and dS~ (and the rows) are in
@@ -524,13 +570,17 @@ void run_bwd_kv_dkvt(const AttnParams& p, int total_q, int total_k) {
   BwdKvDkvtParams<Traits> prm;
   set_kv_pass_tmas<Traits>(prm, p, total_q, total_k);
   // dV first without a mask (variant 17: dQ first there too, the order until session 29);
-  // variant 28: P under dP (A/B, session 39)
+  // variants 28-30: the A/B forms of kAb (session 39)
   const bool dv_first = !p.masked() && bwd_variant() != 17;
-  auto kernel = bwd_variant() == 28
-                    ? (dv_first ? bwd_kv_dkvt_sm90_kernel<Traits, true, true>
-                                : bwd_kv_dkvt_sm90_kernel<Traits, false, true>)
-                    : (dv_first ? bwd_kv_dkvt_sm90_kernel<Traits, true>
-                                : bwd_kv_dkvt_sm90_kernel<Traits, false>);
+  const int v = bwd_variant();
+  auto kernel = v == 28   ? (dv_first ? bwd_kv_dkvt_sm90_kernel<Traits, true, 1>
+                                      : bwd_kv_dkvt_sm90_kernel<Traits, false, 1>)
+                : v == 29 ? (dv_first ? bwd_kv_dkvt_sm90_kernel<Traits, true, 2>
+                                      : bwd_kv_dkvt_sm90_kernel<Traits, false, 2>)
+                : v == 30 ? (dv_first ? bwd_kv_dkvt_sm90_kernel<Traits, true, 3>
+                                      : bwd_kv_dkvt_sm90_kernel<Traits, false, 3>)
+                          : (dv_first ? bwd_kv_dkvt_sm90_kernel<Traits, true>
+                                      : bwd_kv_dkvt_sm90_kernel<Traits, false>);
   const int tiles = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
   if (tiles == 0) return;
   dim3 grid;

@@ -313,12 +313,16 @@ DK_KEYSUM_SLOT = 64
 DKV_TILE_KEYS = 128
 
 
-def _kv_head_splits(numerics: str, q: Tensor, k: Tensor, varlen: bool) -> int:
+def _kv_head_splits(numerics: str, q: Tensor, k: Tensor, varlen: bool,
+                    causal_like: bool = False) -> int:
     """Over how many blocks per key tile fa3 mode's Hopper backward splits a kv head's query
-    heads (AttnParams::kv_head_splits; 1: one block walks the whole group). Not yet a default
-    (session 38, written without a GPU): GPROJ_BWD_VARIANT=22 splits it per query head, as
-    FlashAttention-3's GQA backward runs, or GPROJ_BWD_KV_SPLITS=S into S shares (S divides the
-    group); dense inputs, d = 64 / 128 only."""
+    heads (AttnParams::kv_head_splits; 1: one block walks the whole group). Dense inputs, d = 64
+    / 128. Default since session 39: two shares at d = 128 under a causal-like mask where the
+    group is even (interleaved against one block per group, 16 heads on 2 kv heads: -12% at N =
+    2k, -7% at 4k, -3% at 16k; one block per query head -9 / -4 / -1%; without a mask two shares
+    were 1-2% slower, and at d = 64 4k causal 5% slower: bench/NOTES.md session 39).
+    GPROJ_BWD_KV_SPLITS=S asks for S shares (S divides the group; 1: one block per group),
+    GPROJ_BWD_VARIANT=22 for one block per query head, as FlashAttention-3's GQA backward."""
     group = q.shape[-2] // k.shape[-2]
     if numerics != "fa3" or varlen or q.shape[-1] not in (64, 128) or group == 1:
         return 1
@@ -329,7 +333,9 @@ def _kv_head_splits(numerics: str, q: Tensor, k: Tensor, varlen: bool) -> int:
             raise ValueError(f"GPROJ_BWD_KV_SPLITS={env}: must divide the query heads per kv "
                              f"head ({group})")
         return splits
-    return group if os.environ.get("GPROJ_BWD_VARIANT") == "22" else 1
+    if os.environ.get("GPROJ_BWD_VARIANT") == "22":
+        return group
+    return 2 if causal_like and q.shape[-1] == 128 and group % 2 == 0 else 1
 
 
 def _dkv_accum_bytes(p) -> int:
@@ -434,7 +440,7 @@ def backward_cuda(dout, q, k, v, out, stats, cu_q, cu_k, max_q, max_k, scale, wl
             keysum = torch.empty(p.batch * p.heads_k * slots * (p.head_dim + 1),
                                  dtype=torch.float64, device=q.device)
             p.dk_keysum = keysum.data_ptr()
-        splits = _kv_head_splits(numerics, q, k, varlen)
+        splits = _kv_head_splits(numerics, q, k, varlen, causal_like=wr >= 0)
         if splits > 1:  # (zeroed by the delta pre-pass, pair by pair)
             p.kv_head_splits = splits
             p.dkv_accum_bytes = _dkv_accum_bytes(p)

@@ -1306,18 +1306,19 @@ def check_hopper_backward(q, k, v, do, numerics, causal, window, monkeypatch):
                          ids=["gqa", "square", "mqa"])
 @pytest.mark.parametrize("variant", ["0", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12",
                                      "13", "14", "15", "18", "20", "21", "22", "23", "24",
-                                     "25", "26", "27"],
+                                     "25", "26", "27", "31"],
                          ids=["default", "three-parts", "dq-in-kv", "kv-3wg", "two-parts",
                               "qouter-64keys", "qouter-128keys", "kv-64rows", "kv-96rows",
                               "passes-in-turn", "counted-in-turn", "dq-per-wg-64", "dq-per-wg-128",
                               "dq-split-headdim", "dp-before-p-128", "tiles-outer-gqa",
                               "tiles-outer-all", "per-query-head", "row-range-mask-128",
                               "stage-freed-at-end", "do-ring",
-                              "ds-by-address-64", "freed-at-end-ds-by-address"])
+                              "ds-by-address-64", "freed-at-end-ds-by-address",
+                              "before-session-39"])
 @pytest.mark.parametrize("d", [64, 128])
 def test_hopper_kv_backward(numerics, dtype, causal, window, shape, variant, d, monkeypatch):
     """The Hopper backward (csrc/backward/bwd_kv_sm90.cuh, bwd_lambda_sm90.cuh, d=64/128;
-    GPROJ_BWD_VARIANT 0, 3-15, 18 and 20-27) against the float64 reference (within 1.5x the
+    GPROJ_BWD_VARIANT 0, 3-15, 18 and 20-27, 31) against the float64 reference (within 1.5x the
     emulator's error) and the mma.sync passes. Query head 0 and kv head 0 carry an offset of 6: the centering
     removes a coordinate's shift c only where every value lies in [c/2, 2c] = [3, 12], which
     N(0,1) + 6 over a few hundred rows rarely does, so most coordinates keep it; a form that
@@ -1330,7 +1331,7 @@ def test_hopper_kv_backward(numerics, dtype, causal, window, shape, variant, d, 
         pytest.skip("variant 22 splits only fa3 mode's GQA groups")
     if variant == "23" and (numerics != "fa3" or d != 128):
         pytest.skip("variant 23 is fa3 mode's d = 128 pass")
-    if variant in ("24", "25", "27") and numerics != "fa3":
+    if variant in ("24", "25", "27", "31") and numerics != "fa3":
         pytest.skip(f"variant {variant} is fa3 mode's KV-outer pass")
     if variant == "26" and (numerics != "fa3" or d != 64):
         pytest.skip("variant 26 is fa3 mode's d = 64 pass")
@@ -1344,16 +1345,18 @@ def test_hopper_kv_backward(numerics, dtype, causal, window, shape, variant, d, 
     check_hopper_backward(q, k, v, do, numerics, causal, window, monkeypatch)
 
 
-@pytest.mark.parametrize("variant", ["24", "25", "26", "27"],
-                         ids=["stage-freed-at-end", "do-ring", "ds-by-address", "both"])
+@pytest.mark.parametrize("variant", ["24", "25", "26", "27", "31"],
+                         ids=["stage-freed-at-end", "do-ring", "ds-by-address", "both",
+                              "before-session-39"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("d", [64, 128])
 def test_fa3_backward_release_points_change_no_dk_dv_bit(d, causal, variant, monkeypatch):
     """GPROJ_BWD_VARIANT=24 to 27 (session 39) change only when fa3 mode's KV-outer pass hands
     the Q / dO stages back to the producer (24: at the tile's end, not after the next tile's S;
     25: dO in a ring of its own, freed once dV is done, waited for by dP alone) and, at d = 64,
-    how it addresses its dS~ stores (26; 27 with 24): every GEMM reads the same values in the
-    same order, so dK and dV are bitwise the default's, dQ (fp32 reduce-adds across blocks in
+    how it addresses its dS~ stores (26; 27 with 24, the d = 64 default since; 31 the forms
+    before): every GEMM reads the same values in the same order, so dK and dV are bitwise the
+    default's, dQ (fp32 reduce-adds across blocks in
     another order) close; both against float64. Many items per block (GQA over 1300 rows) so
     that the rings wrap many times."""
     if torch.cuda.get_device_capability()[0] != 9:
@@ -1479,9 +1482,9 @@ def test_fa3_backward_gqa_work_orders(d, variant, splits, varlen, causal, monkey
                          ids=["full", "causal", "window"])
 @pytest.mark.parametrize("shape", [(2, 257, 300, 4, 2), (1, 1000, 1000, 2, 2), (3, 64, 17, 8, 1)],
                          ids=["gqa", "square", "mqa"])
-@pytest.mark.parametrize("variant", ["0", "16", "17", "28", "29", "30"],
+@pytest.mark.parametrize("variant", ["0", "16", "17", "28", "29", "31"],
                          ids=["default", "v16", "v17", "p-under-dp", "stores-by-address",
-                              "p-under-dp-stores-by-address"])
+                              "before-session-39"])
 def test_hopper_backward_hd256(numerics, dtype, causal, window, shape, variant, monkeypatch):
     """The Hopper backward at d=256 against the float64 reference (within 1.5x the emulator's
     error) and the mma.sync passes; gproj also keeps Σ_j dK_j at zero. Both fa3-mode KV-outer
@@ -1490,8 +1493,9 @@ def test_hopper_backward_hd256(numerics, dtype, causal, window, shape, variant, 
     GPROJ_BWD_VARIANT=17 the first dQ slice first as under a mask) and the head dim split
     between the two consumer warpgroups on 64-key blocks (bwd_kv_split_sm90.cuh,
     GPROJ_BWD_VARIANT=16; gproj's after its λ pre-pass, A in two parts); both add dQ by
-    reductions. GPROJ_BWD_VARIANT=28-30 (session 39): the 80-key pass with P computed under dP,
-    lse2 from rowstate (28), P~ / dS~ stored by per-lane base addresses (29), both (30)."""
+    reductions. Session 39's forms of the 80-key pass: P computed under dP with lse2 from
+    rowstate (GPROJ_BWD_VARIANT=28), P~ / dS~ stored by per-lane base addresses (29), both (the
+    default since; 31 neither, the form before)."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("needs a Hopper GPU")
     if variant != "0" and numerics != "fa3":
@@ -1508,13 +1512,13 @@ def test_hopper_backward_hd256(numerics, dtype, causal, window, shape, variant, 
     check_hopper_backward(q, k, v, do, numerics, causal, window, monkeypatch)
 
 
-@pytest.mark.parametrize("variant", ["28", "29", "30"])
+@pytest.mark.parametrize("variant", ["28", "29", "31"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_fa3_backward_hd256_forms_change_no_dk_dv_bit(causal, variant, monkeypatch):
     """GPROJ_BWD_VARIANT=28 (session 39) computes P in fa3 mode's d = 256 pass while dP is on the
     tensor cores, with lse2 read from rowstate, which delta_kernel forms bit for bit as the pass
-    forms it from the stats; 29 stores P~ and dS~ by per-lane base addresses and constants; 30
-    both: P, dS and so dK and dV are bitwise the default's, dQ (fp32 reductions in another
+    forms it from the stats; 29 stores P~ and dS~ by per-lane base addresses and constants; the
+    default since does both, 31 neither: P, dS and so dK and dV are bitwise the default's, dQ (fp32 reductions in another
     order) close; against float64 too."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("needs a Hopper GPU")

@@ -178,9 +178,10 @@ def test_eager_path_leaves_fake_tensors_and_compile_to_the_op():
 def test_kv_head_splits_policy(monkeypatch):
     """Which calls split a kv head's group over several blocks per key tile in fa3 mode's Hopper
     backward (gproj_cuda.ops._kv_head_splits; csrc/api/launch.cu refuses the rest): dense GQA at
-    d = 64 / 128 in fa3 mode, only when asked (GPROJ_BWD_VARIANT=22: per query head;
-    GPROJ_BWD_KV_SPLITS=S: S shares, S dividing the group, else a ValueError naming it); and
-    the workspace's size, which the launch checks against its own (csrc/api/params.h)."""
+    d = 64 / 128 in fa3 mode; by default (session 39) two shares at d = 128 under a causal-like
+    mask with an even group, else one block per group; GPROJ_BWD_VARIANT=22: per query head;
+    GPROJ_BWD_KV_SPLITS=S: S shares, S dividing the group, else a ValueError naming it; and the
+    workspace's size, which the launch checks against its own (csrc/api/params.h)."""
     import pytest
     from types import SimpleNamespace
     from gproj_cuda import ops
@@ -191,6 +192,14 @@ def test_kv_head_splits_policy(monkeypatch):
     monkeypatch.delenv("GPROJ_BWD_VARIANT", raising=False)
     monkeypatch.delenv("GPROJ_BWD_KV_SPLITS", raising=False)
     assert ops._kv_head_splits("fa3", *shapes(16, 2, 128), False) == 1
+    assert ops._kv_head_splits("fa3", *shapes(16, 2, 128), False, causal_like=True) == 2
+    assert ops._kv_head_splits("fa3", *shapes(6, 2, 128), False, causal_like=True) == 1  # odd
+    assert ops._kv_head_splits("fa3", *shapes(16, 2, 64), False, causal_like=True) == 1
+    assert ops._kv_head_splits("fa3", *shapes(16, 2, 128), True, causal_like=True) == 1  # varlen
+    assert ops._kv_head_splits("gproj", *shapes(16, 2, 128), False, causal_like=True) == 1
+    monkeypatch.setenv("GPROJ_BWD_KV_SPLITS", "1")
+    assert ops._kv_head_splits("fa3", *shapes(16, 2, 128), False, causal_like=True) == 1
+    monkeypatch.delenv("GPROJ_BWD_KV_SPLITS")
     monkeypatch.setenv("GPROJ_BWD_VARIANT", "22")
     assert ops._kv_head_splits("fa3", *shapes(16, 2, 128), False) == 8
     assert ops._kv_head_splits("fa3", *shapes(6, 2, 64), False) == 3

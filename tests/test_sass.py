@@ -58,6 +58,9 @@ KNOWN_SPILLING_VARIANTS = (
     # nothing.)
     "BwdKvTraits<{t}, 64, false, 3, true, 2, 128, false, true, 8>",
     "BwdKvTraits<{t}, 64, false, 3, true, 2, 128, false, true, 24>",
+    # (variant 31: fa3 mode's d = 64 pass as it was the default until session 39, dS~ through
+    # CuTe's copy: 16 bytes of spill)
+    "BwdKvTraits<{t}, 64, false, 3, true, 2, 128, false, true, 0>",
     "BwdKvTraits<{t}, 128, false, 3, true, 2, 64, false, false, 8>",
     "BwdKvTraits<{t}, 128, false, 3, true, 2, 64, false, false, 24>",
 )
@@ -93,7 +96,6 @@ KNOWN_SPILLING_VARIANTS = (
 KNOWN_SPILLING_DEFAULTS = (
     "FwdTraits<{t}, 256, 80, 2, false, true,",
     "BwdKvDkvtTraits<{t}, 256>",
-    "BwdKvTraits<{t}, 64, false, 3, true, 2, 128, false, true, 0>",
     "BwdKvTraits<{t}, 128, false, 3, true, 2, 64, false, false, 0>",
     "LambdaTraits<{t}, 128, 64, 3, true>",
 )

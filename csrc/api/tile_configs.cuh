@@ -88,10 +88,13 @@ void hopper_backward(const AttnParams& p_in) {
       } else if (variant == 26) {     // variant 26: the dS~ stores by one 32-bit address, as
                                       // the 64-row pass's (A/B, session 39)
         sm90::run_bwd_kv<T, D, false, 3, true, 2, 128, false, true, 32>(p, p.total_q, p.total_k);
-      } else if (variant == 27) {     // variant 27: 24 and 26 together (A/B, session 39)
-        sm90::run_bwd_kv<T, D, false, 3, true, 2, 128, false, true, 40>(p, p.total_q, p.total_k);
-      } else {  // dQ's GEMM split by query rows (kDqSplitM; -3 to -5%, bench/NOTES.md session 26)
+      } else if (variant == 31) {     // variant 31: the default until session 39 (A/B): the
+                                      // stage freed after the next tile's S, dS~ through CuTe
         sm90::run_bwd_kv<T, D, false, 3, true, 2, 128, false, true>(p, p.total_q, p.total_k);
+      } else {  // dQ's GEMM split by query rows (kDqSplitM; -3 to -5%, bench/NOTES.md session 26),
+                // since session 39 the Q / dO stage freed at the tile's end and the dS~ stores by
+                // address (variant 27's form; -3 to -5% against variant 31, session 39)
+        sm90::run_bwd_kv<T, D, false, 3, true, 2, 128, false, true, 40>(p, p.total_q, p.total_k);
       }
     } else if (variant == 14) {  // d = 128, variant 14: per-warpgroup dQ, pingpong (A/B)
       sm90::run_bwd_kv<T, D, false, 3, true, 2, 64, true>(p, p.total_q, p.total_k);

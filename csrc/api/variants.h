@@ -163,14 +163,18 @@ inline int fwd_ab() {
 //  26: (fa3 mode, d = 64, session 39) the 128-row KV-outer pass stores its dS~ by one 32-bit
 //      shared address and XORs, as the 64-row pass does, instead of CuTe's copy (BwdKvTraits::
 //      kFa3Ab bit 32).
-//  27: (fa3 mode, d = 64 / 128, session 39) 24 and 26 together (d = 128: 24).
+//  27: (fa3 mode, d = 64 / 128, session 39) 24 and 26 together (d = 128: 24); at d = 64 the
+//      default since session 39 (24-26 there are each alone, against variant 31).
 //  28: (fa3 mode, d = 256, session 39) the 80-key pass computes P while dP is on the tensor
 //      cores, lse2 from rowstate (bwd_kv_dkvt_sm90_kernel's kAb bit 1), as the d = 128 pass;
 //  29: (the same pass) P~ and dS~ stored by two per-lane base addresses and constants
-//      (stmatrix_rows_at; kAb bit 2); 30: 28 and 29 together.
+//      (stmatrix_rows_at; kAb bit 2); 30: 28 and 29 together (the default since session 39).
+//  31: (fa3 mode, d = 64 and 256, session 39) the KV-outer passes as they were before session 39's
+//      defaults: d = 64's stage freed after the next tile's S and dS~ stored through CuTe's copy
+//      (variant 27's form is the default), d = 256's P after dP and stores through the layout.
 // (13 and 14 measured 7-17% slower than the default, session 26: kept for the record and A/B.)
 inline int bwd_variant() {
-  return env_int_in("GPROJ_BWD_VARIANT", 3, 30);
+  return env_int_in("GPROJ_BWD_VARIANT", 3, 31);
 }
 
 // fa3 mode's KV-outer item order for a launch (AttnParams::kv_tiles_outer): tile-major under a

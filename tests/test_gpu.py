@@ -1345,26 +1345,11 @@ def test_hopper_kv_backward(numerics, dtype, causal, window, shape, variant, d, 
     check_hopper_backward(q, k, v, do, numerics, causal, window, monkeypatch)
 
 
-@pytest.mark.parametrize("variant", ["24", "25", "26", "27", "31"],
-                         ids=["stage-freed-at-end", "do-ring", "ds-by-address", "both",
-                              "before-session-39"])
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("d", [64, 128])
-def test_fa3_backward_release_points_change_no_dk_dv_bit(d, causal, variant, monkeypatch):
-    """GPROJ_BWD_VARIANT=24 to 27 (session 39) change only when fa3 mode's KV-outer pass hands
-    the Q / dO stages back to the producer (24: at the tile's end, not after the next tile's S;
-    25: dO in a ring of its own, freed once dV is done, waited for by dP alone) and, at d = 64,
-    how it addresses its dS~ stores (26; 27 with 24, the d = 64 default since; 31 the forms
-    before): every GEMM reads the same values in the same order, so dK and dV are bitwise the
-    default's, dQ (fp32 reduce-adds across blocks in
-    another order) close; both against float64. Many items per block (GQA over 1300 rows) so
-    that the rings wrap many times."""
-    if torch.cuda.get_device_capability()[0] != 9:
-        pytest.skip("needs a Hopper GPU")
-    if variant == "26" and d != 64:
-        pytest.skip("variant 26 is the d = 64 pass's")
-    b, n, h, hk = 2, 1300, 4, 2
-    g = torch.Generator(device=DEV).manual_seed(3900 + d + int(causal))
+def check_fa3_form_bitwise(variant, b, n, h, hk, d, causal, seed, monkeypatch):
+    """fa3 mode's Hopper backward with GPROJ_BWD_VARIANT=variant against the default on one
+    random GQA problem: dK and dV bitwise equal (the same GEMMs over the same values in the same
+    order), dQ close (its fp32 reduce-adds land in another order), all three against float64."""
+    g = torch.Generator(device=DEV).manual_seed(seed)
     q, do = rand(b, n, h, d, g=g), rand(b, n, h, d, g=g)
     k, v = rand(b, n, hk, d, g=g), rand(b, n, hk, d, g=g)
     s = d ** -0.5
@@ -1383,6 +1368,27 @@ def test_fa3_backward_release_points_change_no_dk_dv_bit(d, causal, variant, mon
                                     causal=causal)
     for i, j in ((0, 2), (1, 3), (2, 4)):
         assert row_rel_err(got[variant][i], ref[j]) < 2e-2, i
+
+
+@pytest.mark.parametrize("variant", ["24", "25", "26", "27", "31"],
+                         ids=["stage-freed-at-end", "do-ring", "ds-by-address", "both",
+                              "before-session-39"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_fa3_backward_release_points_change_no_dk_dv_bit(d, causal, variant, monkeypatch):
+    """GPROJ_BWD_VARIANT=24 to 27 (session 39) change only when fa3 mode's KV-outer pass hands
+    the Q / dO stages back to the producer (24: at the tile's end, not after the next tile's S;
+    25: dO in a ring of its own, freed once dV is done, waited for by dP alone) and, at d = 64,
+    how it addresses its dS~ stores (26; 27 with 24, the d = 64 default since; 31 the forms
+    before): every GEMM reads the same values in the same order, so dK and dV are bitwise the
+    default's, dQ (fp32 reduce-adds across blocks in another order) close; both against
+    float64. Many items per block (GQA over 1300 rows) so that the rings wrap many times."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("needs a Hopper GPU")
+    if variant == "26" and d != 64:
+        pytest.skip("variant 26 is the d = 64 pass's")
+    check_fa3_form_bitwise(variant, 2, 1300, 4, 2, d, causal, 3900 + d + int(causal),
+                           monkeypatch)
 
 
 @pytest.mark.parametrize("d,gqa", [(128, False), (64, False), (128, True)],
@@ -1518,30 +1524,11 @@ def test_fa3_backward_hd256_forms_change_no_dk_dv_bit(causal, variant, monkeypat
     """GPROJ_BWD_VARIANT=28 (session 39) computes P in fa3 mode's d = 256 pass while dP is on the
     tensor cores, with lse2 read from rowstate, which delta_kernel forms bit for bit as the pass
     forms it from the stats; 29 stores P~ and dS~ by per-lane base addresses and constants; the
-    default since does both, 31 neither: P, dS and so dK and dV are bitwise the default's, dQ (fp32 reductions in another
-    order) close; against float64 too."""
+    default since does both, 31 neither: P, dS and so dK and dV are bitwise the default's, dQ
+    (fp32 reductions in another order) close; against float64 too."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("needs a Hopper GPU")
-    b, n, h, hk, d = 2, 700, 4, 2, 256
-    g = torch.Generator(device=DEV).manual_seed(3928 + int(causal))
-    q, do = rand(b, n, h, d, g=g), rand(b, n, h, d, g=g)
-    k, v = rand(b, n, hk, d, g=g), rand(b, n, hk, d, g=g)
-    s = d ** -0.5
-    wr = 0 if causal else -1
-    out, _, st = forward_cuda(q, k, v, None, None, n, n, s, -1, wr, "fa3")
-    got = {}
-    for var in ("0", variant):
-        monkeypatch.setenv("GPROJ_BWD_VARIANT", var)
-        got[var] = backward_cuda(do, q, k, v, out, st, None, None, n, n, s, -1, wr, "fa3",
-                                 hopper=True)
-    monkeypatch.delenv("GPROJ_BWD_VARIANT")
-    for i in (1, 2):  # dK, dV
-        assert torch.isfinite(got["0"][i]).all() and torch.equal(got["0"][i], got[variant][i]), i
-    assert row_rel_err(got["0"][0], got[variant][0]) < 1e-3
-    ref = reference.attention_grads(q.double(), k.double(), v.double(), do.double(),
-                                    causal=causal)
-    for i, j in ((0, 2), (1, 3), (2, 4)):
-        assert row_rel_err(got[variant][i], ref[j]) < 2e-2, i
+    check_fa3_form_bitwise(variant, 2, 700, 4, 2, 256, causal, 3928 + int(causal), monkeypatch)
 
 
 @pytest.mark.parametrize("d", [64, 128])

@@ -161,8 +161,8 @@ inline int fwd_ab() {
 //      by dP alone and freed once the tile's dV is done, as FlashAttention-3's backward
 //      (BwdKvTraits::kSplitDoPipe).
 //  26: (fa3 mode, d = 64, session 39) the 128-row KV-outer pass stores its dS~ by one 32-bit
-//      shared address and XORs, as the 64-row pass does, instead of CuTe's copy (BwdKvTraits::
-//      kFa3Ab bit 32).
+//      shared address per lane and constants, as the 64-row pass does, instead of CuTe's copy
+//      (BwdKvTraits::kFa3Ab bit 32).
 //  27: (fa3 mode, d = 64 / 128, session 39) 24 and 26 together (d = 128: 24); at d = 64 the
 //      default since session 39 (24-26 there are each alone, against variant 31).
 //  28: (fa3 mode, d = 256, session 39) the 80-key pass computes P while dP is on the tensor

@@ -388,7 +388,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   // (stmatrix_rows). (CuTe's tiled copy cannot split the 32-byte swizzle atoms of 16 keys at the
   // warpgroups' 40-key boundary: its layout algebra fails to compile there.)
   const int stsm_row = 16 * ((tid & 127) / 32) + (tid & 15);  // this lane's row address
-  // kStoresByAddress: the lane's two bases (stmatrix_rows_at), P~'s; dS~'s kDsFromP bytes on
+  // kStoresByAddress: the lane's two bases (stmatrix_rows_at), P~'s; dS~'s are ds_from_p on
   constexpr int kBufBytes = cute::cosize_v<typename Traits::SmemLayoutP> / Traits::kTileBufs *
                             int(sizeof(Element));
   static_assert(kBufBytes % 2048 == 0 && Traits::kBlockN / 2 == 40,

@@ -129,14 +129,17 @@ struct BwdKvTraits {
   // tile heights; kStageFreedAtEnd) frees the Q / dO stage at the end of its tile; with bit 16
   // (variant 25) dO has a ring of its own, freed once dV is done (kSplitDoPipe); bit 32 (variant
   // 26, the 128-row pass only) stores its dS~ by one 32-bit address, as the 64-row pass does.
+  // The 128-row pass's default since session 39 is bits 8 + 32 (variant 27's form; 31 the one
+  // before).
   static_assert(kFa3Ab_ == 0 || (!kGProj_ && kDqHere_ &&
                                  (kBlockM_ == 64 ? (kFa3Ab_ & 32) == 0 : (kFa3Ab_ & ~56) == 0)),
                 "the A/B bits are for fa3 mode's 64-row pass (bits 8, 16: also the 128-row one; "
                 "bit 32: the 128-row one only)");
   static_assert(!(kFa3Ab_ & 16) || (kFa3Ab_ & 8), "dO's own ring only with Q freed at the end");
   static constexpr int kFa3Ab = kFa3Ab_;
-  // When a tile's Q / dO stage goes back to the producer. Default: after the next tile's S (and
-  // the dK before it) is done, where the wait for S finds it. With two stages the producer's
+  // When a tile's Q / dO stage goes back to the producer. Without bit 8 (the 64-row pass's
+  // default): after the next tile's S (and the dK before it) is done, where the wait for S finds
+  // it. With two stages the producer's
   // load of tile t + 2 then starts a quarter of a tile (S and dP of t + 1) after the last GEMM
   // that reads tile t's stage (dK) has ended: at d = 64 the 128-row pass waits for dK at the
   // tile's end anyway and holds the stage for nothing. kStageFreedAtEnd (kFa3Ab bit 8) waits for
@@ -144,6 +147,8 @@ struct BwdKvTraits {
   // the stage there, as FlashAttention-3's backward does (its Q release follows its last wait)
   // and as the d = 256 passes do (session 10 measured the deferred form there 2-6% slower).
   // What it costs: at d = 128 the warpgroup no longer queues the next S behind its dK.
+  // Measured (session 39): d = 64 -1.1 to -1.8% alone, the default there since (with bit 32);
+  // d = 128 within 0.4% either way, and with kSplitDoPipe 1-2% slower: not its default.
   static constexpr bool kStageFreedAtEnd = (kFa3Ab_ & 8) != 0;
   // dO in a ring of its own (kFa3Ab bit 16, variant 25): FlashAttention-3's form, dP waits for
   // dO's stage alone (S only for Q's), and dO's stage is freed as soon as dV, its last reader,
@@ -615,7 +620,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   // 1024-aligned buffer); tests/host/ds_store_addresses.cu checks both against CuTe's partition
   // for every lane. The 128-row pass (d = 64) recomputes its eight the same way (~45
   // instructions a tile and a reloaded spill, SASS of session 38's build); with kFa3Ab bit 32
-  // (variant 26, session 39, A/B) it takes them alike: blocks 4..7 are blocks 0..3 of the next
+  // (its default since session 39: -3 to -5%, the spill gone) it takes them alike: blocks 4..7 are blocks 0..3 of the next
   // 64 queries, the next swizzle atom, 1024 bytes on (added, not XORed: the buffer is only
   // 1024-aligned, so bit 10 of the address may be set; session 39's first form XORed it and the
   // GPU test caught dQ reading unwritten rows. The host test now places the buffer so.)

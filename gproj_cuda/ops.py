@@ -309,23 +309,28 @@ def _reduce_adds_dq(numerics: str, d: int = 128) -> bool:
 
 # Keys per slot of the dK key sums (csrc/prepost/dk_project.cuh, kKeysumSlot).
 DK_KEYSUM_SLOT = 64
-# Keys per tile of the split group's dK / dV sums (csrc/api/params.h, kDkvTileKeys).
-DKV_TILE_KEYS = 128
+
+
+def _dkv_tile_keys(d: int) -> int:
+    """Keys per tile of the split group's dK / dV sums: the KV-outer pass's key tile
+    (csrc/api/params.h, dkv_tile_keys; 80 in the transposed d = 256 pass)."""
+    return 80 if d == 256 else 128
 
 
 def _kv_head_splits(numerics: str, q: Tensor, k: Tensor, varlen: bool,
                     causal_like: bool = False) -> int:
     """Over how many blocks per key tile fa3 mode's Hopper backward splits a kv head's query
-    heads (AttnParams::kv_head_splits; 1: one block walks the whole group). Dense inputs, d = 64
-    / 128. Default since session 39: two shares at d = 128 under a causal-like mask where the
+    heads (AttnParams::kv_head_splits; 1: one block walks the whole group). Dense inputs. Default since session 39: two shares at d = 128 under a causal-like mask where the
     group is even (interleaved against one block per group, 16 heads on 2 kv heads: -12% at N =
     2k, -7% at 4k, -3% at 16k; one block per query head -9 / -4 / -1%; without a mask two shares
     were 1-2% slower, and at d = 64 4k causal 5% slower: bench/NOTES.md session 39).
     GPROJ_BWD_KV_SPLITS=S asks for S shares (S divides the group; 1: one block per group),
     GPROJ_BWD_VARIANT=22 for one block per query head, as FlashAttention-3's GQA backward."""
     group = q.shape[-2] // k.shape[-2]
-    if numerics != "fa3" or varlen or q.shape[-1] not in (64, 128) or group == 1:
+    if numerics != "fa3" or varlen or group == 1:
         return 1
+    if q.shape[-1] == 256 and os.environ.get("GPROJ_BWD_VARIANT") == "16":
+        return 1  # (the head-dim-split d = 256 pass has no split group)
     env = os.environ.get("GPROJ_BWD_KV_SPLITS")
     if env:
         splits = int(env)
@@ -341,8 +346,9 @@ def _kv_head_splits(numerics: str, q: Tensor, k: Tensor, varlen: bool,
 def _dkv_accum_bytes(p) -> int:
     """Bytes of the split group's dK / dV sums and counters (csrc/api/params.h,
     hopper_dkv_accum_bytes)."""
-    tiles = p.batch * p.heads_k * ((p.seqlen_k + DKV_TILE_KEYS - 1) // DKV_TILE_KEYS)
-    return tiles * (2 * DKV_TILE_KEYS * p.head_dim * 4 + 4)
+    keys = _dkv_tile_keys(p.head_dim)
+    tiles = p.batch * p.heads_k * ((p.seqlen_k + keys - 1) // keys)
+    return tiles * (2 * keys * p.head_dim * 4 + 4)
 
 
 def _projects_dk(numerics: str) -> bool:

@@ -1430,10 +1430,12 @@ def test_fa3_backward_grouped_grid_changes_no_dk_dv_bit(d, gqa, monkeypatch):
 @pytest.mark.parametrize("d,variant,splits,varlen", [
     (64, "20", None, False), (128, "20", None, False), (128, "20", None, True), (128, "21", None, False), (128, "21", None, True),
     (64, "22", None, False), (128, "22", None, False), (128, "0", "2", False),
-    (128, "20", "2", False), (64, "20", "4", False)],
+    (128, "20", "2", False), (64, "20", "4", False), (256, "0", "2", False),
+    (256, "22", None, False)],
     ids=["tiles-outer-d64", "tiles-outer-d128", "tiles-outer-varlen",
          "tiles-outer-all", "tiles-outer-all-varlen", "per-head-d64", "per-head-d128",
-         "halves-d128", "halves-tiles-outer", "quarters-tiles-outer-d64"])
+         "halves-d128", "halves-tiles-outer", "quarters-tiles-outer-d64", "halves-d256",
+         "per-head-d256"])
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
 def test_fa3_backward_gqa_work_orders(d, variant, splits, varlen, causal, monkeypatch):
     """Session 38's GQA forms of fa3 mode's KV-outer pass against its default: variants 20 / 21,
@@ -1441,7 +1443,8 @@ def test_fa3_backward_gqa_work_orders(d, variant, splits, varlen, causal, monkey
     KeyBlockWork::tiles_outer) under a causal mask with GQA (20) or always (21); variant 22 and
     GPROJ_BWD_KV_SPLITS=S, the kv head's query heads split over S blocks per key tile (22: one
     per query head) whose fp32 dK / dV partials are summed in a workspace and stored by the
-    tile's last block (AttnParams::kv_head_splits). Many tiles per block (eight query heads of
+    tile's last block (AttnParams::kv_head_splits; at d = 256 in the transposed pass's 80-key
+    tiles since session 40). Many tiles per block (eight query heads of
     ~940-1000 rows, partial last tiles, several sequences): the same sums in another order, so
     dQ, dK and dV within bf16 rounding of the default's, and against float64 within 1.5x the
     emulator's error."""

@@ -177,8 +177,8 @@ def test_eager_path_leaves_fake_tensors_and_compile_to_the_op():
 
 def test_kv_head_splits_policy(monkeypatch):
     """Which calls split a kv head's group over several blocks per key tile in fa3 mode's Hopper
-    backward (gproj_cuda.ops._kv_head_splits; csrc/api/launch.cu refuses the rest): dense GQA at
-    d = 64 / 128 in fa3 mode; by default (session 39) two shares at d = 128 under a causal-like
+    backward (gproj_cuda.ops._kv_head_splits; csrc/api/launch.cu refuses the rest): dense GQA in
+    fa3 mode (at d = 256 since session 40, not in variant 16's pass); by default (session 39) two shares at d = 128 under a causal-like
     mask with an even group, else one block per group; GPROJ_BWD_VARIANT=22: per query head;
     GPROJ_BWD_KV_SPLITS=S: S shares, S dividing the group, else a ValueError naming it; and the
     workspace's size, which the launch checks against its own (csrc/api/params.h)."""
@@ -204,14 +204,21 @@ def test_kv_head_splits_policy(monkeypatch):
     assert ops._kv_head_splits("fa3", *shapes(16, 2, 128), False) == 8
     assert ops._kv_head_splits("fa3", *shapes(6, 2, 64), False) == 3
     assert ops._kv_head_splits("fa3", *shapes(16, 16, 128), False) == 1  # no GQA
-    assert ops._kv_head_splits("fa3", *shapes(16, 2, 256), False) == 1   # the d = 256 pass
+    assert ops._kv_head_splits("fa3", *shapes(16, 2, 256), False) == 8   # the d = 256 pass too
     assert ops._kv_head_splits("fa3", *shapes(16, 2, 128), True) == 1    # varlen
     assert ops._kv_head_splits("gproj", *shapes(16, 2, 128), False) == 1
     monkeypatch.setenv("GPROJ_BWD_KV_SPLITS", "4")
     assert ops._kv_head_splits("fa3", *shapes(16, 2, 128), False) == 4
+    assert ops._kv_head_splits("fa3", *shapes(16, 2, 256), False) == 4
+    monkeypatch.setenv("GPROJ_BWD_VARIANT", "16")  # (d = 256's head-dim-split pass: no split)
+    assert ops._kv_head_splits("fa3", *shapes(16, 2, 256), False) == 1
+    monkeypatch.setenv("GPROJ_BWD_VARIANT", "22")
     monkeypatch.setenv("GPROJ_BWD_KV_SPLITS", "3")
     with pytest.raises(ValueError, match="GPROJ_BWD_KV_SPLITS=3: must divide"):
         ops._kv_head_splits("fa3", *shapes(16, 2, 128), False)
     p = SimpleNamespace(batch=3, heads_k=2, seqlen_k=300, head_dim=64)
     # 3 x 2 x ceil(300 / 128) key tiles of 2 x 128 x 64 floats and one int32 counter each
     assert ops._dkv_accum_bytes(p) == 18 * (2 * 128 * 64 * 4 + 4)
+    # d = 256: the transposed pass's 80-key tiles, 3 x 2 x ceil(300 / 80)
+    p = SimpleNamespace(batch=3, heads_k=2, seqlen_k=300, head_dim=256)
+    assert ops._dkv_accum_bytes(p) == 24 * (2 * 80 * 256 * 4 + 4)

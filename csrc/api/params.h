@@ -74,11 +74,12 @@ struct AttnParams {
   // starts under its last wave, every block once its pair's count is complete
   // (csrc/common/pdl.cuh). 0: one after the other.
   uint64_t pair_counters = 0;
-  // Hopper backward, fa3 mode, d = 64 / 128, dense, GQA: the kv head's query heads split over
-  // kv_head_splits blocks per key tile (each adds its fp32 dK / dV partials into the tile's slot
-  // of dkv_accum; the tile's last block stores the sums: sum_split_partials in
-  // bwd_kv_common_sm90.cuh). dkv_accum: fp32 [batch][heads_k][ceil(seqlen_k / 128)][2][128 x
-  // head_dim] (dK, dV in accumulator order), then one int32 counter per key tile;
+  // Hopper backward, fa3 mode, dense, GQA: the kv head's query heads split over kv_head_splits
+  // blocks per key tile (each adds its fp32 dK / dV partials into the tile's slot of dkv_accum;
+  // the tile's last block stores the sums: sum_split_partials in bwd_kv_common_sm90.cuh).
+  // dkv_accum: fp32 [batch][heads_k][ceil(seqlen_k / K)][2][K x head_dim] (dK, dV in
+  // accumulator order; K = dkv_tile_keys: the KV-outer pass's key tile), then one int32 counter
+  // per key tile;
   // dkv_accum_bytes its size (checked against hopper_dkv_accum_bytes, below); delta_kernel
   // zeroes it. 1: one block per key tile and kv head.
   int kv_head_splits = 1;
@@ -139,11 +140,12 @@ struct AttnParams {
   uint64_t stream = 0;                    // cudaStream_t
 };
 
-// dkv_accum of fa3 mode's split group (AttnParams::kv_head_splits; bwd_kv_sm90.cuh): per key tile
-// of kDkvTileKeys keys (the d = 64 / 128 KV-outer pass's blocks) and (sequence, kv head), dK's then
-// dV's fp32 partial sums in the accumulator order of the block's 256 consumer threads (value i of
-// thread t at (i / 4) * 1024 + 4 t + i % 4: float4 reductions, a warp's 512 contiguous bytes),
-// then one int32 counter per key tile. gproj_cuda/ops.py allocates hopper_dkv_accum_bytes
+// dkv_accum of fa3 mode's split group (AttnParams::kv_head_splits; bwd_kv_sm90.cuh,
+// bwd_kv_dkvt_sm90.cuh): per key tile of dkv_tile_keys keys (the KV-outer pass's blocks: 128 at
+// d = 64 / 128, 80 in the transposed d = 256 pass) and (sequence, kv head), dK's then dV's fp32
+// partial sums in the accumulator order of the block's 256 consumer threads (value i of thread t
+// at (i / 4) * 1024 + 4 t + i % 4: float4 reductions, a warp's 512 contiguous bytes), then one
+// int32 counter per key tile. gproj_cuda/ops.py allocates hopper_dkv_accum_bytes
 // (_dkv_accum_bytes); delta_kernel zeroes them (bwd_prepost.cuh). (Host and device: params.h is
 // also compiled by the host compiler, for the binding.)
 #ifdef __CUDACC__
@@ -151,12 +153,16 @@ struct AttnParams {
 #else
 #define GPROJ_HOST_DEVICE
 #endif
-constexpr int kDkvTileKeys = 128;
+GPROJ_HOST_DEVICE constexpr int dkv_tile_keys(int head_dim) { return head_dim == 256 ? 80 : 128; }
+GPROJ_HOST_DEVICE inline int64_t dkv_tiles_per_head(const AttnParams& p) {
+  const int keys = dkv_tile_keys(p.head_dim);
+  return (p.seqlen_k + keys - 1) / keys;
+}
 GPROJ_HOST_DEVICE inline int64_t dkv_key_tiles(const AttnParams& p) {
-  return int64_t(p.batch) * p.heads_k * ((p.seqlen_k + kDkvTileKeys - 1) / kDkvTileKeys);
+  return int64_t(p.batch) * p.heads_k * dkv_tiles_per_head(p);
 }
 GPROJ_HOST_DEVICE inline int64_t dkv_tile_floats(const AttnParams& p) {
-  return int64_t(2) * kDkvTileKeys * p.head_dim;
+  return int64_t(2) * dkv_tile_keys(p.head_dim) * p.head_dim;
 }
 inline int64_t hopper_dkv_accum_bytes(const AttnParams& p) {
   return dkv_key_tiles(p) * (dkv_tile_floats(p) * int64_t(sizeof(float)) + int64_t(sizeof(int)));

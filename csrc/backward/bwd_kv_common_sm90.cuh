@@ -95,7 +95,7 @@ template <int kHeadDim, class Acc, class Sync>
 __device__ __forceinline__ bool sum_split_partials(const AttnParams& p, int64_t tile, int tid,
                                                    Acc& dk, Acc& dv, int* last_flag, Sync sync) {
   constexpr int kValues = decltype(size(dk))::value, kThreads = 256;
-  static_assert(kValues % 4 == 0 && kThreads * kValues == kDkvTileKeys * kHeadDim,
+  static_assert(kValues % 4 == 0 && kThreads * kValues == dkv_tile_keys(kHeadDim) * kHeadDim,
                 "the 256 consumer threads' float4s cover the tile's keys x head dim");
   float* slot = reinterpret_cast<float*>(p.dkv_accum) + tile * dkv_tile_floats(p) + 4 * tid;
   int* counter = reinterpret_cast<int*>(reinterpret_cast<float*>(p.dkv_accum) +

@@ -105,6 +105,7 @@ struct BwdKvDkvtTraits {
     // {delta, lse2} (kPUnderDp reads lse2 there and fetches no stats)
     alignas(16) float2 row_st[2][kBlockM];
     alignas(16) float2 row_dl[2][kBlockM];
+    int split_last;  // (kv_head_splits > 1) whether this block stores its key tile's sums
     alignas(16) cutlass::arch::ClusterTransactionBarrier barrier_kv;
     alignas(16) typename PipelineQ::SharedStorage pipe_q;
     alignas(16) typename PipelineDO::SharedStorage pipe_do;
@@ -271,7 +272,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   const GridTile gt =
       p.slot_rows ? slot_tile(p, reinterpret_cast<const int*>(p.cu_seqlens_k), p.heads_k, false)
                   : grid_tile(p, /*longest_last=*/false);
-  const int n_block = gt.tile, hk = gt.head, b = gt.batch;
+  // (kv_head_splits > 1, dense: the grid's heads are (kv head, share of its group) pairs)
+  const int splits = p.kv_head_splits;
+  const int n_block = gt.tile, hk = splits > 1 ? gt.head / splits : gt.head, b = gt.batch;
   const SeqBounds seq(p, b);
   const int n0 = n_block * kBlockN;
   if (n0 >= seq.nk) {  // uniform for the block, before any barrier
@@ -280,8 +283,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   }
   const int n_end = min(n0 + kBlockN, seq.nk);
   const Mask mask(seq.nq, seq.nk, p.window_left, p.window_right, p.diag_shift);
-  const int group = p.heads / p.heads_k;
-  const KeyBlockWork work(mask, n0, n_end, kBlockM, hk * group, group);
+  const int group = p.heads / p.heads_k, block_heads = group / splits;
+  const KeyBlockWork work(mask, n0, n_end, kBlockM, hk * group + (gt.head - hk * splits) * block_heads,
+                          block_heads);
   const int n_items = work.n_items;
   const float c = p.softmax_scale * 1.4426950408889634f;
 
@@ -551,8 +555,27 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   }
 
   // ---------------- epilogue: dK = alpha dK, dV (this warpgroup's half), rows past the end dropped
+  bool stores = true;
+  if (splits > 1) {
+    // (kv_head_splits > 1: this block's dK^T, dV^T are partial sums over its share of the group;
+    // the key tile's last block to add them stores the totals, sum_split_partials. A block
+    // without items (keys no query sees) first waits, whole warp, for delta_kernel's zeros of
+    // the pair's sums, as a block with items did before its first tile.)
+    static_assert(kBlockN == dkv_tile_keys(kHeadDim) && Traits::kNumMmaThreads == 256,
+                  "dkv_accum's tiles are the 80-key blocks of two consumer warpgroups");
+    if (n_items == 0 && p.pair_counters) {
+      if (tid < 32)
+        counter_wait_acquire(reinterpret_cast<const int*>(p.pair_counters) + b * p.heads_k + hk,
+                             seq.nq * group);
+      consumers_sync();
+    }
+    const int64_t tile = (int64_t(b) * p.heads_k + hk) * dkv_tiles_per_head(p) + n_block;
+    stores = sum_split_partials<kHeadDim>(p, tile, tid, tdKrdK, tdVrdV, &ss.split_last,
+                                          [] { consumers_sync(); });
+  }
   consumers_sync();  // both warpgroups past their last GEMM: K and V's tiles are free to stage in
-  store_dkv_transposed<Traits>(p, seq, b, hk, n0, n_end, w, tid, mma_kv, tdKrdK, tdVrdV, tdKcdK,
+  if (stores)
+    store_dkv_transposed<Traits>(p, seq, b, hk, n0, n_end, w, tid, mma_kv, tdKrdK, tdVrdV, tdKcdK,
                                sKt, sVt, sK, sV);
   if (p.pair_counters) {
     // Every consumer's dQ reduce-adds, dK and dV are issued: the block's keys counted for
@@ -585,9 +608,11 @@ void run_bwd_kv_dkvt(const AttnParams& p, int total_q, int total_k) {
                                       : bwd_kv_dkvt_sm90_kernel<Traits, false, 3>);
   const int tiles = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
   if (tiles == 0) return;
+  // (kv_head_splits > 1: a grid head per (kv head, share of its group); run_backward has checked
+  // that the shares divide the group and that the call is dense)
   dim3 grid;
   if (!slot_grid(prm.p, Traits::kBlockN, total_k, p.heads_k, grid))
-    grid = tile_grid(prm.p, tiles, p.heads_k, p.batch);
+    grid = tile_grid(prm.p, tiles, p.heads_k * p.kv_head_splits, p.batch);
   launch_sm90(kernel, grid, Traits::kNumThreads, Traits::kSmemBytes, prm, p,
               "KV-outer backward, dK and dV transposed (sm90)",
               /*programmatic=*/p.pair_counters != 0 && bwd_variant() != 12);

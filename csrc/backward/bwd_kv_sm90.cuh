@@ -1123,7 +1123,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     // (kv_head_splits > 1: this block's dK, dV are partial sums over its share of the group; the
     // key tile's last block to add them stores the totals, sum_split_partials)
     if (splits > 1) {
-      static_assert(kBlockN == kDkvTileKeys && Traits::kNumMmaThreads == 256,
+      static_assert(kBlockN == dkv_tile_keys(kHeadDim) && Traits::kNumMmaThreads == 256,
                     "dkv_accum's tiles are the 128-key blocks of two consumer warpgroups");
       // delta_kernel zeroes the pair's sums and counts before counting its rows, which a block
       // with items has waited for; one without (keys no query sees) waits here, whole warp

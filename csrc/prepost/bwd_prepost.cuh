@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(kPrepostThreads) delta_kernel(const AttnParams
     // KV-outer blocks add into them only after waiting for the pair's rows. (Instead of a
     // memset of the whole workspace before this kernel: 33.5 MB at B·N = 16k, H_k·d = 256.)
     const int group = p.heads / p.heads_k, hk = h / group;
-    const int64_t tiles_k = (p.seqlen_k + kDkvTileKeys - 1) / kDkvTileKeys;
+    const int64_t tiles_k = dkv_tiles_per_head(p);
     const int64_t tile0 = (int64_t(b) * p.heads_k + hk) * tiles_k;
     const int64_t n4 = tiles_k * dkv_tile_floats(p) / 4;
     const int64_t shares = int64_t(group) * gridDim.x;

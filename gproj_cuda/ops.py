@@ -320,10 +320,14 @@ def _dkv_tile_keys(d: int) -> int:
 def _kv_head_splits(numerics: str, q: Tensor, k: Tensor, varlen: bool,
                     causal_like: bool = False) -> int:
     """Over how many blocks per key tile fa3 mode's Hopper backward splits a kv head's query
-    heads (AttnParams::kv_head_splits; 1: one block walks the whole group). Dense inputs. Default since session 39: two shares at d = 128 under a causal-like mask where the
-    group is even (interleaved against one block per group, 16 heads on 2 kv heads: -12% at N =
-    2k, -7% at 4k, -3% at 16k; one block per query head -9 / -4 / -1%; without a mask two shares
-    were 1-2% slower, and at d = 64 4k causal 5% slower: bench/NOTES.md session 39).
+    heads (AttnParams::kv_head_splits; 1: one block walks the whole group). Dense inputs.
+    Defaults, measured interleaved against one block per group (bench/NOTES.md):
+    - d = 128 under a causal-like mask, even group: two shares (session 39, 16 heads on 2 kv
+      heads: -12% at N = 2k, -7% at 4k, -3% at 16k; one block per query head -9 / -4 / -1%;
+      without a mask two shares were 1-2% slower, at d = 64 4k causal 5% slower);
+    - d = 256: one block per query head (session 40, 8 heads on 1 kv head, N = 2k / 4k / 16k:
+      -21 / -20 / -27% without a mask, -15 / -15 / -21% causal; two and four shares gained less).
+      The transposed pass's 80-key blocks of a whole group were 1.6 waves at 4k.
     GPROJ_BWD_KV_SPLITS=S asks for S shares (S divides the group; 1: one block per group),
     GPROJ_BWD_VARIANT=22 for one block per query head, as FlashAttention-3's GQA backward."""
     group = q.shape[-2] // k.shape[-2]
@@ -339,6 +343,8 @@ def _kv_head_splits(numerics: str, q: Tensor, k: Tensor, varlen: bool,
                              f"head ({group})")
         return splits
     if os.environ.get("GPROJ_BWD_VARIANT") == "22":
+        return group
+    if q.shape[-1] == 256:
         return group
     return 2 if causal_like and q.shape[-1] == 128 and group % 2 == 0 else 1
 

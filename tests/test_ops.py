@@ -178,8 +178,9 @@ def test_eager_path_leaves_fake_tensors_and_compile_to_the_op():
 def test_kv_head_splits_policy(monkeypatch):
     """Which calls split a kv head's group over several blocks per key tile in fa3 mode's Hopper
     backward (gproj_cuda.ops._kv_head_splits; csrc/api/launch.cu refuses the rest): dense GQA in
-    fa3 mode (at d = 256 since session 40, not in variant 16's pass); by default (session 39) two shares at d = 128 under a causal-like
-    mask with an even group, else one block per group; GPROJ_BWD_VARIANT=22: per query head;
+    fa3 mode (at d = 256 since session 40, not in variant 16's pass); by default two shares at
+    d = 128 under a causal-like mask with an even group (session 39), one block per query head
+    at d = 256 (session 40), else one block per group; GPROJ_BWD_VARIANT=22: per query head;
     GPROJ_BWD_KV_SPLITS=S: S shares, S dividing the group, else a ValueError naming it; and the
     workspace's size, which the launch checks against its own (csrc/api/params.h)."""
     import pytest
@@ -197,7 +198,13 @@ def test_kv_head_splits_policy(monkeypatch):
     assert ops._kv_head_splits("fa3", *shapes(16, 2, 64), False, causal_like=True) == 1
     assert ops._kv_head_splits("fa3", *shapes(16, 2, 128), True, causal_like=True) == 1  # varlen
     assert ops._kv_head_splits("gproj", *shapes(16, 2, 128), False, causal_like=True) == 1
+    assert ops._kv_head_splits("fa3", *shapes(16, 2, 256), False) == 8  # d = 256: per query head
+    assert ops._kv_head_splits("fa3", *shapes(16, 2, 256), False, causal_like=True) == 8
+    assert ops._kv_head_splits("fa3", *shapes(8, 8, 256), False) == 1  # no GQA
+    assert ops._kv_head_splits("fa3", *shapes(16, 2, 256), True) == 1  # varlen
+    assert ops._kv_head_splits("gproj", *shapes(16, 2, 256), False) == 1
     monkeypatch.setenv("GPROJ_BWD_KV_SPLITS", "1")
+    assert ops._kv_head_splits("fa3", *shapes(16, 2, 256), False) == 1
     assert ops._kv_head_splits("fa3", *shapes(16, 2, 128), False, causal_like=True) == 1
     monkeypatch.delenv("GPROJ_BWD_KV_SPLITS")
     monkeypatch.setenv("GPROJ_BWD_VARIANT", "22")

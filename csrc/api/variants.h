@@ -147,11 +147,12 @@ inline int fwd_ab() {
 //      inner, instead of head after head (KeyBlockWork::tiles_outer, bwd_kv_common_sm90.cuh).
 //  21: (fa3 mode, d = 64 / 128, session 38) the same order under any causal-like mask, GQA or
 //      not (with one query head per kv head: from the last query tile down).
-//  22: (fa3 mode, d = 64 / 128, dense GQA; session 38) one block per query head and key tile, as
+//  22: (fa3 mode, dense GQA; session 38, d = 256 since 40) one block per query head and key tile, as
 //      FlashAttention-3's GQA backward, instead of one per kv head walking its group: the blocks'
 //      fp32 dK / dV partials summed in a workspace, the tile's last block storing the totals
 //      (AttnParams::kv_head_splits; gproj_cuda/ops.py sets it, also from GPROJ_BWD_KV_SPLITS=S:
-//      S shares of the group per key tile, with any variant).
+//      S shares of the group per key tile, with any variant). At d = 256 (the transposed pass)
+//      one block per query head is the default since session 40.
 //  23: (fa3 mode, d = 128, session 38) the KV-outer pass's diagonal tiles masked by key-row
 //      ranges (Mask::row_queries, the d = 64 pass's form) instead of the per-element test.
 //  24: (fa3 mode, d = 64 / 128, session 39) the KV-outer pass frees a tile's Q / dO stage at the

@@ -17,8 +17,12 @@
 //                                             dq_finish_kernel rounds it once)
 //   dV_w^T += dO[:, half w]^T P~,  dK_w^T += Q[:, half w]^T dS~   WGMMA m64n80, two M atoms each
 //
-// 5 GEMM-equivalents per (query tile, key tile), as FlashAttention-3; dK and dV are final (the
-// keys' block holds every query head of its kv head). Registers per consumer thread: dK^T and
+// 5 GEMM-equivalents per (query tile, key tile), as FlashAttention-3. dK and dV are final where
+// the keys' block holds every query head of its kv head; with GQA (AttnParams::kv_head_splits,
+// since session 40 one block per query head by default, as FlashAttention-3) each block's fp32
+// dK^T / dV^T partials are summed in dkv_accum and the key tile's last block stores the totals
+// (sum_split_partials): a whole group per block left 8-head / 1-kv-head GQA at 1.6 waves of
+// long blocks at N = 4k (-20 to -27% without a mask, bench/NOTES.md session 40). Registers per consumer thread: dK^T and
 // dV^T 160 fp32, S and dP 40, a dQ slice 32. (Why dQ is sliced: a warpgroup's whole 64 x 128 half
 // would take 64, leaving 16 of the 240 beside dK and dV for addresses and indices;
 // FlashAttention-3 slices its d = 256 dQ GEMM for the same reason. Not tried unsliced here.)

@@ -173,9 +173,13 @@ inline int fwd_ab() {
 //  31: (fa3 mode, d = 64 and 256, session 39) the KV-outer passes as they were before session 39's
 //      defaults: d = 64's stage freed after the next tile's S and dS~ stored through CuTe's copy
 //      (variant 27's form is the default), d = 256's P after dP and stores through the layout.
+//  32: (fa3 mode, d = 256, session 40, not yet measured) the 80-key pass's dK^T / dV^T GEMMs
+//      issued per m64 atom, with the dQ slices and their reduce-adds between them, in
+//      FlashAttention-3's order (its SASS): the reduce-adds' registers drain while dK / dV
+//      atoms run (bwd_kv_dkvt_sm90_kernel's kAb bit 4).
 // (13 and 14 measured 7-17% slower than the default, session 26: kept for the record and A/B.)
 inline int bwd_variant() {
-  return env_int_in("GPROJ_BWD_VARIANT", 3, 31);
+  return env_int_in("GPROJ_BWD_VARIANT", 3, 32);
 }
 
 // fa3 mode's KV-outer item order for a launch (AttnParams::kv_tiles_outer): tile-major under a

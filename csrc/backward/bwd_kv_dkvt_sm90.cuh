@@ -270,6 +270,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   using PipelineQ = typename Traits::PipelineQ;
   using PipelineDO = typename Traits::PipelineDO;
   constexpr bool kPUnderDp = (kAb & 1) != 0, kStoresByAddress = (kAb & 2) != 0;
+  constexpr bool kAtomOrder = (kAb & 4) != 0;
   const AttnParams& p = prm.p;
 
   // (causal: the first key blocks, which the most query tiles see, first; grid_tile)
@@ -530,6 +531,31 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
                         make_float4(acc(i), acc(i + 1), acc(i + 2), acc(i + 3)));
       };
       Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kDqSlice>>{});
+      if constexpr (kAtomOrder) {
+        // (variant 32) FlashAttention-3's order at d = 256 (its SASS): dV and dK per m64 atom,
+        // each dQ slice's reduce-adds issued while an atom runs. A reduce-add holds its source
+        // registers until the memory pipe takes it, which under ~64 KB of reductions a tile
+        // per SM is slow: in the order below, the next GEMM that writes those registers (dQ
+        // slice 1, the next tile's S / dP) stalled on them (ncu, N = 8k: ~24% of the warps'
+        // stall samples, bench/NOTES.md session 40).
+        wg_gemm_atom<false>(mma_kv, tKVrDOt, tKVrPt(_, _, _, buf), tdVrdV, 0);
+        wg_gemm<true>(mma_dq, tDQrdS(_, _, _, buf), tDQrKt0, tdQrdQ);
+        wg_gemm_atom<false>(mma_kv, tKVrDOt, tKVrPt(_, _, _, buf), tdVrdV, 1);
+        warpgroup_wait<1>();  // dV atom 0 and dQ slice 0 done
+        add_dq(tdQrdQ, _0{});
+        wg_gemm_atom<false>(mma_kv, tKVrQt(_, _, _, rq.index()), tKVrdSt(_, _, _, buf), tdKrdK, 0);
+        warpgroup_wait<1>();  // dV done: dO is free
+        pipe_do.consumer_release(rdo);
+        ++rdo;
+        wg_gemm<true>(mma_dq, tDQrdS(_, _, _, buf), tDQrKt1, tdQrdQ);
+        warpgroup_wait<0>();  // dK atom 0, dQ slice 1
+        add_dq(tdQrdQ, _1{});
+        wg_gemm_atom<false>(mma_kv, tKVrQt(_, _, _, rq.index()), tKVrdSt(_, _, _, buf), tdKrdK, 1);
+        warpgroup_wait<0>();  // dK done: the Q stage is free
+        pipe_q.consumer_release(rq);
+        ++rq;
+        continue;
+      }
       if constexpr (kDvFirst) {
         wg_gemm<false>(mma_kv, tKVrDOt, tKVrPt(_, _, _, buf), tdVrdV);
         wg_gemm<true>(mma_dq, tDQrdS(_, _, _, buf), tDQrKt0, tdQrdQ);
@@ -608,6 +634,7 @@ void run_bwd_kv_dkvt(const AttnParams& p, int total_q, int total_k) {
                                       : bwd_kv_dkvt_sm90_kernel<Traits, false, 2>)
                 : v == 31 ? (dv_first ? bwd_kv_dkvt_sm90_kernel<Traits, true, 0>
                                       : bwd_kv_dkvt_sm90_kernel<Traits, false, 0>)
+                : v == 32 ? bwd_kv_dkvt_sm90_kernel<Traits, true, 7>
                           : (dv_first ? bwd_kv_dkvt_sm90_kernel<Traits, true, 3>
                                       : bwd_kv_dkvt_sm90_kernel<Traits, false, 3>);
   const int tiles = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;

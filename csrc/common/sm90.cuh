@@ -365,5 +365,24 @@ __device__ __forceinline__ void wg_gemm(Mma& mma, TA const& a, TB const& b, TC& 
   warpgroup_fence_operand(c);
 }
 
+// wg_gemm of M atom m alone (a: (V, M, K) descriptors, b: (V, 1, K), c: (V, M, 1)), one batch:
+// so that a tile's GEMMs can be issued atom by atom with other work between them. Only atom m's
+// accumulator registers are fenced (fencing the others would make ptxas wait for a GEMM still
+// in flight on them).
+template <bool kZeroInit, class Mma, class TA, class TB, class TC>
+__device__ __forceinline__ void wg_gemm_atom(Mma& mma, TA const& a, TB const& b, TC& c, int m) {
+  auto cm = c(_, m, 0);
+  warpgroup_fence_operand(cm);
+  warpgroup_arrive();
+  if constexpr (kZeroInit) mma.accumulate_ = GMMA::ScaleOut::Zero;
+  CUTLASS_PRAGMA_UNROLL
+  for (int kb = 0; kb < size<2>(a); ++kb) {
+    cute::gemm(mma, a(_, m, kb), b(_, 0, kb), cm);
+    mma.accumulate_ = GMMA::ScaleOut::One;
+  }
+  warpgroup_commit_batch();
+  warpgroup_fence_operand(cm);
+}
+
 }  // namespace sm90
 }  // namespace gproj

@@ -22,8 +22,8 @@
 // since session 40 one block per query head by default, as FlashAttention-3) each block's fp32
 // dK^T / dV^T partials are summed in dkv_accum and the key tile's last block stores the totals
 // (sum_split_partials): a whole group per block left 8-head / 1-kv-head GQA at 1.6 waves of
-// long blocks at N = 4k (-20 to -27% without a mask, bench/NOTES.md session 40). Registers per consumer thread: dK^T and
-// dV^T 160 fp32, S and dP 40, a dQ slice 32. (Why dQ is sliced: a warpgroup's whole 64 x 128 half
+// long blocks at N = 4k (-20 to -27% without a mask, bench/NOTES.md session 40).
+// Registers per consumer thread: dK^T and dV^T 160 fp32, S and dP 40, a dQ slice 32. (Why dQ is sliced: a warpgroup's whole 64 x 128 half
 // would take 64, leaving 16 of the 240 beside dK and dV for addresses and indices;
 // FlashAttention-3 slices its d = 256 dQ GEMM for the same reason. Not tried unsliced here.)
 // Shared memory: K, V 80 KB, Q two stages 64 KB, dO one stage 32 KB (released after the dV GEMM,
@@ -588,20 +588,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   bool stores = true;
   if (splits > 1) {
     // (kv_head_splits > 1: this block's dK^T, dV^T are partial sums over its share of the group;
-    // the key tile's last block to add them stores the totals, sum_split_partials. A block
-    // without items (keys no query sees) first waits, whole warp, for delta_kernel's zeros of
-    // the pair's sums, as a block with items did before its first tile.)
+    // the key tile's last block to add them stores the totals, sum_split_partials)
     static_assert(kBlockN == dkv_tile_keys(kHeadDim) && Traits::kNumMmaThreads == 256,
                   "dkv_accum's tiles are the 80-key blocks of two consumer warpgroups");
-    if (n_items == 0 && p.pair_counters) {
-      if (tid < 32)
-        counter_wait_acquire(reinterpret_cast<const int*>(p.pair_counters) + b * p.heads_k + hk,
-                             seq.nq * group);
-      consumers_sync();
-    }
-    const int64_t tile = (int64_t(b) * p.heads_k + hk) * dkv_tiles_per_head(p) + n_block;
-    stores = sum_split_partials<kHeadDim>(p, tile, tid, tdKrdK, tdVrdV, &ss.split_last,
-                                          [] { consumers_sync(); });
+    stores = sum_split_partials<kHeadDim>(p, b, hk, n_block, seq.nq, n_items > 0, tid, tdKrdK,
+                                          tdVrdV, &ss.split_last, [] { consumers_sync(); });
   }
   consumers_sync();  // both warpgroups past their last GEMM: K and V's tiles are free to stage in
   if (stores)

@@ -1125,18 +1125,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     if (splits > 1) {
       static_assert(kBlockN == dkv_tile_keys(kHeadDim) && Traits::kNumMmaThreads == 256,
                     "dkv_accum's tiles are the 128-key blocks of two consumer warpgroups");
-      // delta_kernel zeroes the pair's sums and counts before counting its rows, which a block
-      // with items has waited for; one without (keys no query sees) waits here, whole warp
-      if (n_items == 0 && p.pair_counters) {
-        if (tid < 32)
-          counter_wait_acquire(reinterpret_cast<const int*>(p.pair_counters) + b * p.heads_k + hk,
-                               seq.nq * (p.heads / p.heads_k));
-        consumers_sync();
-      }
-      const int64_t tile = (int64_t(b) * p.heads_k + hk) * ((p.seqlen_k + kBlockN - 1) / kBlockN) +
-                           n_block;
-      if (!sum_split_partials<kHeadDim>(p, tile, tid, tdKrdK, tdVrdV, &ss.split_last,
-                                        [] { consumers_sync(); }))
+      if (!sum_split_partials<kHeadDim>(p, b, hk, n_block, seq.nq, n_items > 0, tid, tdKrdK,
+                                        tdVrdV, &ss.split_last, [] { consumers_sync(); }))
         return;
     }
     // fa3 mode: once both warpgroups are past their last GEMM (the dQ GEMMs read every key of K)

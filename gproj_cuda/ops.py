@@ -311,16 +311,21 @@ def _reduce_adds_dq(numerics: str, d: int = 128) -> bool:
 DK_KEYSUM_SLOT = 64
 
 
-def _dkv_tile_keys(d: int) -> int:
+def _dkv_tile_keys(d: int, numerics: str = "fa3") -> int:
     """Keys per tile of the split group's dK / dV sums: the KV-outer pass's key tile
-    (csrc/api/params.h, dkv_tile_keys; 80 in the transposed d = 256 pass)."""
-    return 80 if d == 256 else 128
+    (csrc/api/params.h, dkv_tile_keys; at d = 256 80 in fa3 mode's transposed pass, 64 in
+    gproj's head-dim-split one)."""
+    if d == 256:
+        return 64 if numerics == "gproj" else 80
+    return 128
 
 
 def _kv_head_splits(numerics: str, q: Tensor, k: Tensor, varlen: bool,
                     causal_like: bool = False) -> int:
-    """Over how many blocks per key tile fa3 mode's Hopper backward splits a kv head's query
-    heads (AttnParams::kv_head_splits; 1: one block walks the whole group). Dense inputs.
+    """Over how many blocks per key tile the Hopper backward splits a kv head's query heads
+    (AttnParams::kv_head_splits; 1: one block walks the whole group). Dense inputs; fa3 mode,
+    and gproj at d = 256 (its head-dim-split pass) where GPROJ_BWD_KV_SPLITS asks for it (not
+    yet measured: one block per group by default).
     Defaults, measured interleaved against one block per group (bench/NOTES.md):
     - d = 128 under a causal-like mask, even group: two shares (session 39, 16 heads on 2 kv
       heads: -12% at N = 2k, -7% at 4k, -3% at 16k; one block per query head -9 / -4 / -1%;
@@ -331,10 +336,11 @@ def _kv_head_splits(numerics: str, q: Tensor, k: Tensor, varlen: bool,
     GPROJ_BWD_KV_SPLITS=S asks for S shares (S divides the group; 1: one block per group),
     GPROJ_BWD_VARIANT=22 for one block per query head, as FlashAttention-3's GQA backward."""
     group = q.shape[-2] // k.shape[-2]
-    if numerics != "fa3" or varlen or group == 1:
+    gproj_split_pass = numerics == "gproj" and q.shape[-1] == 256
+    if (numerics != "fa3" and not gproj_split_pass) or varlen or group == 1:
         return 1
-    if q.shape[-1] == 256 and os.environ.get("GPROJ_BWD_VARIANT") == "16":
-        return 1  # (the head-dim-split d = 256 pass has no split group)
+    if numerics == "fa3" and q.shape[-1] == 256 and os.environ.get("GPROJ_BWD_VARIANT") == "16":
+        return 1  # (fa3 mode's head-dim-split d = 256 pass has no split group)
     env = os.environ.get("GPROJ_BWD_KV_SPLITS")
     if env:
         splits = int(env)
@@ -342,6 +348,8 @@ def _kv_head_splits(numerics: str, q: Tensor, k: Tensor, varlen: bool,
             raise ValueError(f"GPROJ_BWD_KV_SPLITS={env}: must divide the query heads per kv "
                              f"head ({group})")
         return splits
+    if gproj_split_pass:
+        return 1
     if os.environ.get("GPROJ_BWD_VARIANT") == "22":
         return group
     if q.shape[-1] == 256:
@@ -352,7 +360,7 @@ def _kv_head_splits(numerics: str, q: Tensor, k: Tensor, varlen: bool,
 def _dkv_accum_bytes(p) -> int:
     """Bytes of the split group's dK / dV sums and counters (csrc/api/params.h,
     hopper_dkv_accum_bytes)."""
-    keys = _dkv_tile_keys(p.head_dim)
+    keys = _dkv_tile_keys(p.head_dim, "gproj" if p.numerics == _NUMERICS_CODE["gproj"] else "fa3")
     tiles = p.batch * p.heads_k * ((p.seqlen_k + keys - 1) // keys)
     return tiles * (2 * keys * p.head_dim * 4 + 4)
 
@@ -453,7 +461,7 @@ def backward_cuda(dout, q, k, v, out, stats, cu_q, cu_k, max_q, max_k, scale, wl
                                  dtype=torch.float64, device=q.device)
             p.dk_keysum = keysum.data_ptr()
         splits = _kv_head_splits(numerics, q, k, varlen, causal_like=wr >= 0)
-        if splits > 1:  # (zeroed by the delta pre-pass, pair by pair)
+        if splits > 1:  # (zeroed by the pre-pass that writes rowstate, pair by pair)
             p.kv_head_splits = splits
             p.dkv_accum_bytes = _dkv_accum_bytes(p)
             dkv_accum = _new((p.dkv_accum_bytes // 4,), torch.float32, q.device, poison)

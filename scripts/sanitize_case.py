@@ -54,6 +54,16 @@ if os.environ.get("SANITIZE_ONLY_GQA_ORDERS") == "1":
                                 requires_grad=True)
                 o = gproj_cuda.attention(q, k, k, numerics="fa3", window_size=window)
                 o.backward(torch.randn_like(o))
+    # gproj's d = 256 split group (session 41): two shares and one block per query head, A in
+    # one part (dK projected) and in two (variant 6)
+    for variant, splits in (("0", "2"), ("0", "4"), ("6", "4")):
+        os.environ["GPROJ_BWD_VARIANT"] = variant
+        os.environ["GPROJ_BWD_KV_SPLITS"] = splits
+        for nq, window in ((300, (-1, 0)), (77, (30, 0)), (300, (-1, -1))):
+            q = torch.randn(2, nq, 8, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            k = torch.randn(2, 300, 2, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            o = gproj_cuda.attention(q, k, k, numerics="gproj", window_size=window)
+            o.backward(torch.randn_like(o))
     torch.cuda.synchronize()
     raise SystemExit(0)
 # The centering pre-passes (session 25: the keys' range probe, blocks of several chunks) alone:

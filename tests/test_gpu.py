@@ -1484,6 +1484,48 @@ def test_fa3_backward_gqa_work_orders(d, variant, splits, varlen, causal, monkey
                             cu_q=kw.get("cu_q"), cu_k=kw.get("cu_k"))
 
 
+@pytest.mark.parametrize("splits,variant", [("2", "0"), ("8", "0"), ("4", "6"), ("8", "7")],
+                         ids=["halves", "per-head", "quarters-two-parts", "per-head-lambda-32keys"])
+@pytest.mark.parametrize("nq,window", [(937, (-1, -1)), (937, (-1, 0)), (77, (30, 0))],
+                         ids=["full", "causal", "window-no-query-first-keys"])
+def test_gproj_backward_hd256_split_group(splits, variant, nq, window, monkeypatch):
+    """gproj's d = 256 KV-outer pass (head dim split, 64-key blocks) with a kv head's query heads
+    split over S blocks per key tile (GPROJ_BWD_KV_SPLITS=S, session 41): each block's fp32 dK /
+    dV partials, its heads' c_q (x) colsum(A) terms included, are summed in dkv_accum (64-key
+    tiles, zeroed by the λ pre-pass) and the tile's last block stores the totals, dK's key sums
+    and (one part of A) the fp32 dK that dk_project.cuh projects; with variant 6, dK from both
+    parts of A, rounded there. Against one block per group: the same sums in another order, so
+    dQ, dK, dV within bf16 rounding; against float64 within 1.5x the emulator's error; Σ_j dK_j
+    still zero. Eight query heads on two kv heads, one of them with a key offset (K' != K), and
+    a window that leaves the first key blocks to no query (their blocks have no items but still
+    count in the tile's sums)."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("needs a Hopper GPU")
+    g = torch.Generator(device=DEV).manual_seed(4100 + nq + int(splits) + window[0])
+    h, hk, d = 8, 2, 256
+    q, do = rand(2, nq, h, d, g=g), rand(2, nq, h, d, g=g)
+    k, v = rand(2, 300 if nq == 77 else nq, hk, d, g=g), rand(2, 300 if nq == 77 else nq, hk, d, g=g)
+    k[:, :, 0] += 6   # one kv head with a key offset
+    causal = window == (-1, 0)
+    wnd = (-1, -1) if causal else window
+    monkeypatch.setenv("GPROJ_BWD_VARIANT", variant)
+    got = {}
+    for sp in ("1", splits):
+        monkeypatch.setenv("GPROJ_BWD_KV_SPLITS", sp)
+        assert ops._kv_head_splits("gproj", q, k, False) == int(sp)
+        got[sp] = run_kernels(q, k, v, do, numerics="gproj", causal=causal, window=wnd,
+                              hopper=True)
+    monkeypatch.delenv("GPROJ_BWD_KV_SPLITS")
+    new, base = got[splits], got["1"]
+    for name, i in (("dq", 2), ("dk", 5), ("dv", 4)):
+        a, b = new[i].double(), base[i].double()
+        assert torch.isfinite(a).all(), name
+        diff = (a - b).norm() / b.norm()
+        assert diff < 4e-3, f"{name}: against one block per group {diff:.2e}"
+    assert sum_dk_rel(new[5]) <= 1e-5, f"sum_j dK_j {sum_dk_rel(new[5]):.2e}"
+    check_close_to_emulator(q, k, v, do, new, numerics="gproj", causal=causal, window=wnd)
+
+
 @pytest.mark.parametrize("numerics,dtype", [("fa3", torch.bfloat16), ("fa3", torch.float16),
                                             ("gproj", torch.bfloat16)],
                          ids=["fa3-bf16", "fa3-fp16", "gproj-bf16"])

@@ -176,9 +176,10 @@ def test_eager_path_leaves_fake_tensors_and_compile_to_the_op():
 
 
 def test_kv_head_splits_policy(monkeypatch):
-    """Which calls split a kv head's group over several blocks per key tile in fa3 mode's Hopper
+    """Which calls split a kv head's group over several blocks per key tile in the Hopper
     backward (gproj_cuda.ops._kv_head_splits; csrc/api/launch.cu refuses the rest): dense GQA in
-    fa3 mode (at d = 256 since session 40, not in variant 16's pass); by default two shares at
+    fa3 mode (at d = 256 since session 40, not in variant 16's pass), in gproj mode at d = 256
+    where GPROJ_BWD_KV_SPLITS asks (session 41); by default two shares at
     d = 128 under a causal-like mask with an even group (session 39), one block per query head
     at d = 256 (session 40), else one block per group; GPROJ_BWD_VARIANT=22: per query head;
     GPROJ_BWD_KV_SPLITS=S: S shares, S dividing the group, else a ValueError naming it; and the
@@ -217,15 +218,23 @@ def test_kv_head_splits_policy(monkeypatch):
     monkeypatch.setenv("GPROJ_BWD_KV_SPLITS", "4")
     assert ops._kv_head_splits("fa3", *shapes(16, 2, 128), False) == 4
     assert ops._kv_head_splits("fa3", *shapes(16, 2, 256), False) == 4
+    # gproj: only its d = 256 pass splits the group, and only when asked (session 41)
+    assert ops._kv_head_splits("gproj", *shapes(16, 2, 256), False) == 4
+    assert ops._kv_head_splits("gproj", *shapes(16, 2, 256), True) == 1  # varlen
+    assert ops._kv_head_splits("gproj", *shapes(16, 2, 128), False) == 1
+    assert ops._kv_head_splits("gproj", *shapes(16, 16, 256), False) == 1  # no GQA
     monkeypatch.setenv("GPROJ_BWD_VARIANT", "16")  # (d = 256's head-dim-split pass: no split)
     assert ops._kv_head_splits("fa3", *shapes(16, 2, 256), False) == 1
     monkeypatch.setenv("GPROJ_BWD_VARIANT", "22")
     monkeypatch.setenv("GPROJ_BWD_KV_SPLITS", "3")
     with pytest.raises(ValueError, match="GPROJ_BWD_KV_SPLITS=3: must divide"):
         ops._kv_head_splits("fa3", *shapes(16, 2, 128), False)
-    p = SimpleNamespace(batch=3, heads_k=2, seqlen_k=300, head_dim=64)
+    p = SimpleNamespace(batch=3, heads_k=2, seqlen_k=300, head_dim=64, numerics=1)
     # 3 x 2 x ceil(300 / 128) key tiles of 2 x 128 x 64 floats and one int32 counter each
     assert ops._dkv_accum_bytes(p) == 18 * (2 * 128 * 64 * 4 + 4)
     # d = 256: the transposed pass's 80-key tiles, 3 x 2 x ceil(300 / 80)
-    p = SimpleNamespace(batch=3, heads_k=2, seqlen_k=300, head_dim=256)
+    p = SimpleNamespace(batch=3, heads_k=2, seqlen_k=300, head_dim=256, numerics=1)
     assert ops._dkv_accum_bytes(p) == 24 * (2 * 80 * 256 * 4 + 4)
+    # gproj at d = 256: the head-dim-split pass's 64-key tiles, 3 x 2 x ceil(300 / 64)
+    p = SimpleNamespace(batch=3, heads_k=2, seqlen_k=300, head_dim=256, numerics=0)
+    assert ops._dkv_accum_bytes(p) == 30 * (2 * 64 * 256 * 4 + 4)

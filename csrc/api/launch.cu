@@ -260,8 +260,9 @@ int run_backward(const AttnParams& p, char* err, size_t err_len) {
       if (p.kv_head_splits != 1) {
         const int group = p.heads_k > 0 ? p.heads / p.heads_k : 0;
         if (p.kv_head_splits < 1 || group % p.kv_head_splits) fail("kv_head_splits %d: must divide the query heads per kv head (%d)", p.kv_head_splits, group);
-        if (p.numerics != int(Numerics::kFA3) || varlen) fail("kv_head_splits %d: fa3 numerics and dense inputs only (got numerics %d, %s)", p.kv_head_splits, p.numerics, varlen ? "varlen" : "dense");
-        if (p.head_dim == 256 && bwd_variant() == 16) fail("kv_head_splits %d: not in the head-dim-split d = 256 pass (GPROJ_BWD_VARIANT=16)", p.kv_head_splits);
+        if (varlen) fail("kv_head_splits %d: dense inputs only (got varlen)", p.kv_head_splits);
+        if (p.numerics != int(Numerics::kFA3) && p.head_dim != 256) fail("kv_head_splits %d: gproj numerics split a kv head's group at head_dim 256 only (got %d)", p.kv_head_splits, p.head_dim);
+        if (p.numerics == int(Numerics::kFA3) && p.head_dim == 256 && bwd_variant() == 16) fail("kv_head_splits %d: not in fa3 mode's head-dim-split d = 256 pass (GPROJ_BWD_VARIANT=16)", p.kv_head_splits);
         require_ptr(p.dkv_accum, "dkv_accum (fp32 dK / dV partial sums and counters: hopper_dkv_accum_bytes, csrc/api/params.h)");
         if (p.dkv_accum % 16) fail("dkv_accum must be 16-byte aligned");
         if (p.dkv_accum_bytes < hopper_dkv_accum_bytes(p)) fail("dkv_accum_bytes %lld: kv_head_splits %d needs %lld", (long long)p.dkv_accum_bytes, p.kv_head_splits, (long long)hopper_dkv_accum_bytes(p));

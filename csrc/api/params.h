@@ -74,14 +74,16 @@ struct AttnParams {
   // starts under its last wave, every block once its pair's count is complete
   // (csrc/common/pdl.cuh). 0: one after the other.
   uint64_t pair_counters = 0;
-  // Hopper backward, fa3 mode, dense, GQA: the kv head's query heads split over kv_head_splits
-  // blocks per key tile (each adds its fp32 dK / dV partials into the tile's slot of dkv_accum;
-  // the tile's last block stores the sums: sum_split_partials in bwd_kv_common_sm90.cuh).
+  // Hopper backward, dense, GQA (fa3 mode; gproj at d = 256): the kv head's query heads split
+  // over kv_head_splits blocks per key tile (each adds its fp32 dK / dV partials into the tile's
+  // slot of dkv_accum; the tile's last block stores the sums: sum_split_partials in
+  // bwd_kv_common_sm90.cuh).
   // dkv_accum: fp32 [batch][heads_k][ceil(seqlen_k / K)][2][K x head_dim] (dK, dV in
   // accumulator order; K = dkv_tile_keys: the KV-outer pass's key tile), then one int32 counter
   // per key tile;
-  // dkv_accum_bytes its size (checked against hopper_dkv_accum_bytes, below); delta_kernel
-  // zeroes it. 1: one block per key tile and kv head.
+  // dkv_accum_bytes its size (checked against hopper_dkv_accum_bytes, below); the pre-pass that
+  // writes rowstate zeroes it (delta_kernel; gproj: the λ pre-pass). 1: one block per key tile
+  // and kv head.
   int kv_head_splits = 1;
   uint64_t dkv_accum = 0;
   int64_t dkv_accum_bytes = 0;
@@ -140,29 +142,35 @@ struct AttnParams {
   uint64_t stream = 0;                    // cudaStream_t
 };
 
-// dkv_accum of fa3 mode's split group (AttnParams::kv_head_splits; bwd_kv_sm90.cuh,
-// bwd_kv_dkvt_sm90.cuh): per key tile of dkv_tile_keys keys (the KV-outer pass's blocks: 128 at
-// d = 64 / 128, 80 in the transposed d = 256 pass) and (sequence, kv head), dK's then dV's fp32
-// partial sums in the accumulator order of the block's 256 consumer threads (value i of thread t
-// at (i / 4) * 1024 + 4 t + i % 4: float4 reductions, a warp's 512 contiguous bytes), then one
-// int32 counter per key tile. gproj_cuda/ops.py allocates hopper_dkv_accum_bytes
-// (_dkv_accum_bytes); delta_kernel zeroes them (bwd_prepost.cuh). (Host and device: params.h is
-// also compiled by the host compiler, for the binding.)
+// dkv_accum of the split group (AttnParams::kv_head_splits; bwd_kv_sm90.cuh, bwd_kv_dkvt_sm90.cuh,
+// gproj's bwd_kv_split_sm90.cuh): per key tile of dkv_tile_keys keys (the KV-outer pass's blocks:
+// 128 at d = 64 / 128, 80 in fa3 mode's transposed d = 256 pass, 64 in gproj's head-dim-split
+// one) and (sequence, kv head), dK's then dV's fp32 partial sums in the accumulator order of the
+// block's 256 consumer threads (value i of thread t at (i / 4) * 1024 + 4 t + i % 4: float4
+// reductions, a warp's 512 contiguous bytes), then one int32 counter per key tile.
+// gproj_cuda/ops.py allocates hopper_dkv_accum_bytes (_dkv_accum_bytes); zero_split_sums_share
+// (bwd_prepost.cuh) zeroes them. (Host and device: params.h is also compiled by the host
+// compiler, for the binding.)
 #ifdef __CUDACC__
 #define GPROJ_HOST_DEVICE __host__ __device__
 #else
 #define GPROJ_HOST_DEVICE
 #endif
-GPROJ_HOST_DEVICE constexpr int dkv_tile_keys(int head_dim) { return head_dim == 256 ? 80 : 128; }
+GPROJ_HOST_DEVICE constexpr int dkv_tile_keys(int head_dim, bool gproj) {
+  return head_dim == 256 ? (gproj ? 64 : 80) : 128;
+}
+GPROJ_HOST_DEVICE inline int dkv_tile_keys(const AttnParams& p) {
+  return dkv_tile_keys(p.head_dim, p.numerics == int(Numerics::kGProj));
+}
 GPROJ_HOST_DEVICE inline int64_t dkv_tiles_per_head(const AttnParams& p) {
-  const int keys = dkv_tile_keys(p.head_dim);
+  const int keys = dkv_tile_keys(p);
   return (p.seqlen_k + keys - 1) / keys;
 }
 GPROJ_HOST_DEVICE inline int64_t dkv_key_tiles(const AttnParams& p) {
   return int64_t(p.batch) * p.heads_k * dkv_tiles_per_head(p);
 }
 GPROJ_HOST_DEVICE inline int64_t dkv_tile_floats(const AttnParams& p) {
-  return int64_t(2) * dkv_tile_keys(p.head_dim) * p.head_dim;
+  return int64_t(2) * dkv_tile_keys(p) * p.head_dim;
 }
 inline int64_t hopper_dkv_accum_bytes(const AttnParams& p) {
   return dkv_key_tiles(p) * (dkv_tile_floats(p) * int64_t(sizeof(float)) + int64_t(sizeof(int)));

@@ -152,7 +152,9 @@ inline int fwd_ab() {
 //      fp32 dK / dV partials summed in a workspace, the tile's last block storing the totals
 //      (AttnParams::kv_head_splits; gproj_cuda/ops.py sets it, also from GPROJ_BWD_KV_SPLITS=S:
 //      S shares of the group per key tile, with any variant). At d = 256 (the transposed pass)
-//      one block per query head is the default since session 40.
+//      one block per query head is the default since session 40. gproj at d = 256 (its
+//      head-dim-split pass, 64-key tiles; session 41, not yet measured): GPROJ_BWD_KV_SPLITS=S
+//      alone, with any of its variants; one block per group by default.
 //  23: (fa3 mode, d = 128, session 38) the KV-outer pass's diagonal tiles masked by key-row
 //      ranges (Mask::row_queries, the d = 64 pass's form) instead of the per-element test.
 //  24: (fa3 mode, d = 64 / 128, session 39) the KV-outer pass frees a tile's Q / dO stage at the

@@ -77,14 +77,14 @@ struct ItemCursor {
   }
 };
 
-// fa3 mode with a kv head's query heads split over p.kv_head_splits blocks per key tile
-// (AttnParams::kv_head_splits): every consumer thread (tid of 256) adds its dK and dV accumulator
-// values, this block's partial sums over its share of the group, into the slot of key tile
-// n_block of pair (b, hk) in p.dkv_accum (params.h: float4 reductions at L2, fire and forget).
-// delta_kernel zeroes the pair's sums and counters before counting the pair's rows, which a
-// block with items has waited for before its first tile; one without (keys no query sees:
-// has_items false) waits for them here, whole warp (nq: the sequence's query rows). Then one
-// thread counts the
+// A kv head's query heads split over p.kv_head_splits blocks per key tile (AttnParams::
+// kv_head_splits; fa3 mode, and gproj's d = 256 pass: kGProj, its 64-key tiles): every consumer
+// thread (tid of 256) adds its dK and dV accumulator values, this block's partial sums over its
+// share of the group, into the slot of key tile n_block of pair (b, hk) in p.dkv_accum (params.h:
+// float4 reductions at L2, fire and forget). The pre-pass that writes rowstate zeroes the pair's
+// sums and counters before counting the pair's rows (zero_split_sums_share), which a block with
+// items has waited for before its first tile; one without (keys no query sees: has_items false)
+// waits for them here, whole warp (nq: the sequence's query rows). Then one thread counts the
 // block in the tile's counter. Returns whether this block was the tile's last to count; if so,
 // dK and dV now hold the sums over all the group's query heads, read back from L2, and the
 // caller stores them as it would its own (the other blocks store nothing). Why the last block and
@@ -95,12 +95,12 @@ struct ItemCursor {
 // Ordering: each thread's reductions, then its fence, then the barrier (`sync`, both consumer
 // warpgroups), then the count (the CUDA programming guide's last-block pattern); the last block
 // fences again before its loads, which go to L2 (ld.global.cg: L1 is not coherent).
-template <int kHeadDim, class Acc, class Sync>
+template <int kHeadDim, bool kGProj, class Acc, class Sync>
 __device__ __forceinline__ bool sum_split_partials(const AttnParams& p, int b, int hk, int n_block,
                                                    int nq, bool has_items, int tid, Acc& dk,
                                                    Acc& dv, int* last_flag, Sync sync) {
   constexpr int kValues = decltype(size(dk))::value, kThreads = 256;
-  static_assert(kValues % 4 == 0 && kThreads * kValues == dkv_tile_keys(kHeadDim) * kHeadDim,
+  static_assert(kValues % 4 == 0 && kThreads * kValues == dkv_tile_keys(kHeadDim, kGProj) * kHeadDim,
                 "the 256 consumer threads' float4s cover the tile's keys x head dim");
   if (!has_items && p.pair_counters) {
     if (tid < 32)

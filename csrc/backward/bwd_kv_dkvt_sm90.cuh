@@ -344,8 +344,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       copy(prm.tma_v.with(reinterpret_cast<uint64_t&>(ss.barrier_kv), 0), tVg, tVs);
       auto wq = cutlass::make_producer_start_state<PipelineQ>();
       auto wdo = cutlass::make_producer_start_state<PipelineDO>();
-      for (int it = 0; it < n_items; ++it) {
-        const int h = work.head(it), mb = work.tile(it);
+      ItemCursor cur(work);  // (no division per item: ItemCursor)
+      for (int it = 0; it < n_items; ++it, cur = cur.next(work)) {
+        const int h = cur.h, mb = cur.mb;
         auto load = [&](auto const& tma, auto smem, uint64_t* bar) {  // smem: the stage's tile
           Tensor m = tma_rows(tma, prm.rows_q, kHeadDim, p.heads, prm.batch_q, seq.q_start, h, bq);
           auto [tg, ts] = tma_partition(tma, _0{}, Layout<_1>{}, group_modes<0, 2>(smem),
@@ -423,9 +424,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   // the two warpgroups after the tile's elementwise work publishes them (both read all 64). Rows
   // past the end are zero-filled (finite); the mask zeroes their P.
   const bool row_lane = lane128 < 32;
-  auto fetch_rows = [&](int it) {
+  auto fetch_rows = [&](int it, int h, int mb) {  // (h, mb: item it's head and query tile)
     if (row_lane && it < n_items) {
-      const int h = work.head(it), mb = work.tile(it);
       const int slot = (tid & 31) + 32 * w;
       const int i = mb * kBlockM + slot;
       const bool ok = i < seq.nq;
@@ -444,14 +444,16 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     if (p.pair_counters && row_lane)
       counter_wait_acquire(reinterpret_cast<const int*>(p.pair_counters) + b * p.heads_k + hk,
                            seq.nq * (p.heads / p.heads_k));
-    fetch_rows(0);
+    ItemCursor cur(work);  // the items' heads and query tiles by steps (ItemCursor)
+    fetch_rows(0, cur.h, cur.mb);
     cute::cp_async_wait<0>();
     consumers_sync();
     ss.barrier_kv.wait(0);
     typename PipelineQ::PipelineState rq;
     typename PipelineDO::PipelineState rdo;
     for (int it = 0; it < n_items; ++it) {
-      const int h = work.head(it), mb = work.tile(it);
+      const int h = cur.h, mb = cur.mb;
+      cur = cur.next(work);  // item it + 1's, for fetch_rows below
       const int i0 = mb * kBlockM;
       const int buf = it & 1;  // row state, P~ and dS~
       const float2* row_st = ss.row_st[buf];
@@ -462,7 +464,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       wg_gemm<true>(mma_sdp, tSrQ(_, _, _, rq.index()), tSrK, tSrS);
       pipe_do.consumer_wait(rdo);
       wg_gemm<true>(mma_sdp, tSrDO, tSrV, tSrDP);
-      fetch_rows(it + 1);  // into the other buffer, last read in tile it - 1 (before its barrier)
+      fetch_rows(it + 1, cur.h, cur.mb);  // into the other buffer, last read in tile it - 1 (before its barrier)
       // the lane's two query rows: log2-sum-exp (FlashAttention-3's P) and delta
       float lse2[kRows], delta[kRows];
       CUTLASS_PRAGMA_UNROLL
@@ -589,9 +591,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   if (splits > 1) {
     // (kv_head_splits > 1: this block's dK^T, dV^T are partial sums over its share of the group;
     // the key tile's last block to add them stores the totals, sum_split_partials)
-    static_assert(kBlockN == dkv_tile_keys(kHeadDim) && Traits::kNumMmaThreads == 256,
+    static_assert(kBlockN == dkv_tile_keys(kHeadDim, false) && Traits::kNumMmaThreads == 256,
                   "dkv_accum's tiles are the 80-key blocks of two consumer warpgroups");
-    stores = sum_split_partials<kHeadDim>(p, b, hk, n_block, seq.nq, n_items > 0, tid, tdKrdK,
+    stores = sum_split_partials<kHeadDim, false>(p, b, hk, n_block, seq.nq, n_items > 0, tid, tdKrdK,
                                           tdVrdV, &ss.split_last, [] { consumers_sync(); });
   }
   consumers_sync();  // both warpgroups past their last GEMM: K and V's tiles are free to stage in

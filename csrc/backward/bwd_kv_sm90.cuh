@@ -1123,9 +1123,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     // (kv_head_splits > 1: this block's dK, dV are partial sums over its share of the group; the
     // key tile's last block to add them stores the totals, sum_split_partials)
     if (splits > 1) {
-      static_assert(kBlockN == dkv_tile_keys(kHeadDim) && Traits::kNumMmaThreads == 256,
+      static_assert(kBlockN == dkv_tile_keys(kHeadDim, false) && Traits::kNumMmaThreads == 256,
                     "dkv_accum's tiles are the 128-key blocks of two consumer warpgroups");
-      if (!sum_split_partials<kHeadDim>(p, b, hk, n_block, seq.nq, n_items > 0, tid, tdKrdK,
+      if (!sum_split_partials<kHeadDim, false>(p, b, hk, n_block, seq.nq, n_items > 0, tid, tdKrdK,
                                         tdVrdV, &ss.split_last, [] { consumers_sync(); }))
         return;
     }

@@ -135,6 +135,7 @@ struct BwdKvSplitTraits {
     alignas(16) float2 row_dl[2][kBlockM];
     alignas(16) cutlass::arch::ClusterTransactionBarrier barrier_kv;
     alignas(16) typename Pipeline::SharedStorage pipe_q;
+    int split_last;  // (kv_head_splits > 1) whether this block stores its key tile's sums
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an sm90 block may have");
@@ -165,7 +166,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   const GridTile gt =
       p.slot_rows ? slot_tile(p, reinterpret_cast<const int*>(p.cu_seqlens_k), p.heads_k, false)
                   : grid_tile(p, /*longest_last=*/false);
-  const int n_block = gt.tile, hk = gt.head, b = gt.batch;
+  // (gproj, kv_head_splits > 1, dense: the grid's heads are (kv head, share of its group) pairs;
+  // fa3 mode's variant 16 has no split group, launch.cu refuses it)
+  const int splits = kGProj ? p.kv_head_splits : 1;
+  const int n_block = gt.tile, hk = splits > 1 ? gt.head / splits : gt.head, b = gt.batch;
   const SeqBounds seq(p, b);
   const int n0 = n_block * kBlockN;
   if (n0 >= seq.nk) {  // uniform for the block, before any barrier
@@ -174,11 +178,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   }
   const int n_end = min(n0 + kBlockN, seq.nk);
   const Mask mask(seq.nq, seq.nk, p.window_left, p.window_right, p.diag_shift);
-  const int group = p.heads / p.heads_k;
-  const KeyBlockWork work(mask, n0, n_end, kBlockM, hk * group, group);
-  const int tiles_per_head = work.tiles_per_head, n_items = work.n_items;
-  auto item_head = [&](int it) { return work.head(it); };
-  auto item_tile = [&](int it) { return work.tile(it); };
+  const int group = p.heads / p.heads_k, block_heads = group / splits;
+  const KeyBlockWork work(mask, n0, n_end, kBlockM, hk * group + (gt.head - hk * splits) * block_heads,
+                          block_heads);
+  const int n_items = work.n_items;
   const float c = p.softmax_scale * 1.4426950408889634f;
 
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -281,9 +284,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   // reads (its query columns), and the barrier of the two warpgroups after the tile's elementwise
   // work publishes them. Rows past the end are zero-filled (finite); the mask zeroes their P.
   const bool row_lane = (tid & 127) < 32;
-  auto fetch_rows = [&](int it) {
+  auto fetch_rows = [&](int it, int h, int mb) {  // (h, mb: item it's head and query tile)
     if (row_lane && it < n_items) {
-      const int h = item_head(it), mb = item_tile(it);
       const int slot = (tid & 31) + 32 * w;
       const int i = mb * kBlockM + slot;
       const bool ok = i < seq.nq;
@@ -303,13 +305,15 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     if (p.pair_counters && row_lane)
       counter_wait_acquire(reinterpret_cast<const int*>(p.pair_counters) + b * p.heads_k + hk,
                            seq.nq * (p.heads / p.heads_k));
-    fetch_rows(0);
+    ItemCursor cur(work);  // the items' heads and query tiles by steps (head-major)
+    fetch_rows(0, cur.h, cur.mb);
     cute::cp_async_wait<0>();
     consumers_sync();
     ss.barrier_kv.wait(0);
     PipelineState rd;
     for (int it = 0; it < n_items; ++it) {
-      const int h = item_head(it), mb = item_tile(it);
+      const int h = cur.h, mb = cur.mb;
+      cur = cur.next(work);  // item it + 1's, for fetch_rows below
       const int i0 = mb * kBlockM;
       const int buf = it & 1;                      // row state
       const int tbuf = it % Traits::kTileBufs;     // P~ and A
@@ -320,7 +324,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       pipe_q.consumer_wait(rd);
       wg_gemm<true>(mma_sdp, tSrK, tSrQ(_, _, _, rd.index()), tSrS);
       wg_gemm<true>(mma_sdp, tSrV, tSrDO(_, _, _, rd.index()), tSrDP);
-      fetch_rows(it + 1);  // into the other buffer, last read in tile it - 1 (before its barrier)
+      fetch_rows(it + 1, cur.h, cur.mb);  // into the other buffer, last read in tile it - 1 (before its barrier)
       warpgroup_wait<0>();
       // P^T from the saved softmax state (gproj: exp2(fma(s - m, c, -log2 l)), the exact-max P;
       // fa3: FA3's exp2(fma(s, c, -lse2))), masked entries zeroed on tiles the mask cuts;
@@ -462,7 +466,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       ++rd;
 
       if constexpr (kGProj) {
-        if (it % tiles_per_head == tiles_per_head - 1) {
+        if (cur.h != h) {  // (the next item's head differs: head-major, past the end too)
           // The head's last tile: dK += c_q (x) colsum(A), with colsum over all 64 queries of
           // every tile: this warpgroup's half plus the other's, exchanged through shared memory
           // (the two warpgroups' threads at the same position hold the same key rows).
@@ -490,15 +494,28 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   }
 
   // ---------------- epilogue: dK = alpha dK, dV (this warpgroup's half), rows past the end dropped
+  // (kv_head_splits > 1: this block's dK, dV are partial sums over its share of the group, each
+  // head's c_q (x) colsum(A) term included; the key tile's last block to add them stores the
+  // totals and their key sums, sum_split_partials)
+  bool stores = true;
+  if constexpr (kGProj) {
+    static_assert(kBlockN == dkv_tile_keys(kHeadDim, kGProj) && Traits::kNumMmaThreads == 256,
+                  "dkv_accum's tiles are the 64-key blocks of two consumer warpgroups");
+    if (splits > 1)
+      stores = sum_split_partials<kHeadDim, kGProj>(p, b, hk, n_block, seq.nq, n_items > 0, tid,
+                                                    tdKrdK, tdVrdV, &ss.split_last,
+                                                    [] { consumers_sync(); });
+  }
   // (one part of A in dK, kProjectsDk: dK leaves in fp32 only, with its key sums below;
   // dk_project.cuh projects it and rounds it once)
   // (store_dk_dv_epilogue: 16-bit dK and dV through the K and V tiles' shared memory, this
   // warpgroup's half of the head dim, once both warpgroups are past their last GEMM: each read
   // all of K and V)
-  store_dk_dv_epilogue<T, kHeadDim / 2, Traits::kProjectsDk>(
-      p, seq, b, hk, n0, n_end, 0, w * (kHeadDim / 2), w, tid, [] { consumers_sync(); }, mma_kv,
-      tdKrdK, tdVrdV, tdKcdK, sK, sV);
-  if constexpr (Traits::kProjectsDk) {
+  if (stores)
+    store_dk_dv_epilogue<T, kHeadDim / 2, Traits::kProjectsDk>(
+        p, seq, b, hk, n0, n_end, 0, w * (kHeadDim / 2), w, tid, [] { consumers_sync(); }, mma_kv,
+        tdKrdK, tdVrdV, tdKcdK, sK, sV);
+  if constexpr (Traits::kProjectsDk) if (stores) {  // (block-uniform)
     // The block's 64 keys are one p.dk_keysum slot (kKeysumSlot): Σ_j dK_j per column (each
     // warpgroup its half) and Σ_j ||dK_j|| (rows whole: the halves' squared norms exchanged
     // through shared memory), fp64, in a fixed order, from exactly the fp32 values written above.
@@ -568,7 +585,7 @@ void run_bwd_kv_split(const AttnParams& p, int total_q, int total_k) {
   if (tiles == 0) return;
   dim3 grid;
   if (!slot_grid(prm.p, Traits::kBlockN, total_k, p.heads_k, grid))
-    grid = tile_grid(prm.p, tiles, p.heads_k, p.batch);
+    grid = tile_grid(prm.p, tiles, p.heads_k * (kGProj ? p.kv_head_splits : 1), p.batch);
   launch_sm90(kernel, grid, Traits::kNumThreads, Traits::kSmemBytes, prm, p,
               "KV-outer backward, head dim split (sm90)",
               /*programmatic=*/p.pair_counters != 0 && bwd_variant() != 12);

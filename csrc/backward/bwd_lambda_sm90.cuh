@@ -219,6 +219,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
           acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
       }
     }
+    // (the split group, kv_head_splits > 1, dense: its workspace starts at zero, one share per
+    // block, counted with the block's rows below)
+    if (p.kv_head_splits > 1)
+      zero_split_sums_share(p, b, h, m_block, (p.seqlen_q + kBlockM - 1) / kBlockM, tid,
+                            Traits::kNumMmaThreads);
   }
   // The rows' softmax state (2 threads per row: row tid / 2; rows past the end get the state of a
   // row that sees no key) and delta = Σ_d dO O (each thread every other 16-byte chunk of the row,

@@ -29,7 +29,8 @@ constexpr int kPrepostRows = 64, kPrepostThreads = 256;
 // delta_i = Σ_d dO_id O_id in fp32, from 16-byte loads: D / 8 lanes per row, each row's partial
 // sums reduced over its lane group. With p.dq_accum set (fa3 mode), the tile's dq_accum rows are
 // zero-filled here, which saves the caller a memset pass over it (measured 0.03 ms at 16k tokens
-// x 2048; bench/NOTES.md session 8); so is fa3 mode's split-group workspace (kv_head_splits).
+// x 2048; bench/NOTES.md session 8); so is fa3 mode's split-group workspace (kv_head_splits,
+// zero_split_sums_share).
 template <typename T, int D>
 __global__ void __launch_bounds__(kPrepostThreads) delta_kernel(const AttnParams p) {
   constexpr int kLanesPerRow = D / 8, kRowsPerPass = kPrepostThreads / kLanesPerRow;
@@ -50,28 +51,9 @@ __global__ void __launch_bounds__(kPrepostThreads) delta_kernel(const AttnParams
     for (int i = threadIdx.x; i < 64 * D / 4; i += kPrepostThreads)
       acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
-  if (p.kv_head_splits > 1) {
-    // fa3 mode's split group (dense; AttnParams::kv_head_splits): the pair's dK / dV sums and
-    // key-tile counters in dkv_accum start at zero. The pair's group x gridDim.x blocks here
-    // zero one share each (share 0 also the counters), before their rows are counted below: the
-    // KV-outer blocks add into them only after waiting for the pair's rows. (Instead of a
-    // memset of the whole workspace before this kernel: 33.5 MB at B·N = 16k, H_k·d = 256.)
-    const int group = p.heads / p.heads_k, hk = h / group;
-    const int64_t tiles_k = dkv_tiles_per_head(p);
-    const int64_t tile0 = (int64_t(b) * p.heads_k + hk) * tiles_k;
-    const int64_t n4 = tiles_k * dkv_tile_floats(p) / 4;
-    const int64_t shares = int64_t(group) * gridDim.x;
-    const int64_t share = int64_t(h - hk * group) * gridDim.x + mb;
-    float4* sums = reinterpret_cast<float4*>(p.dkv_accum) + tile0 * dkv_tile_floats(p) / 4;
-    for (int64_t i = n4 * share / shares + threadIdx.x; i < n4 * (share + 1) / shares;
-         i += kPrepostThreads)
-      sums[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (share == 0) {
-      int* counts = reinterpret_cast<int*>(reinterpret_cast<float*>(p.dkv_accum) +
-                                           dkv_key_tiles(p) * dkv_tile_floats(p)) + tile0;
-      for (int64_t i = threadIdx.x; i < tiles_k; i += kPrepostThreads) counts[i] = 0;
-    }
-  }
+  // (fa3 mode's split group: its workspace starts at zero, one share per block)
+  if (p.kv_head_splits > 1)
+    zero_split_sums_share(p, b, h, mb, int(gridDim.x), int(threadIdx.x), kPrepostThreads);
   const int col = (threadIdx.x % kLanesPerRow) * 8;
 #pragma unroll
   for (int r0 = 0; r0 < kPrepostRows; r0 += kRowsPerPass) {

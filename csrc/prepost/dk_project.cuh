@@ -84,8 +84,9 @@ __device__ __forceinline__ void keysum_total(double* sums, int slots, int t, int
 }
 
 // Grid: (heads_k, batch). keysum_total of each pair. With AttnParams::pair_counters launched
-// under the KV-outer pass's last wave (pdl.cuh): each block waits for its pair's keys (nk), and
-// counts one more once its total is in slot 0 (what dK's projection waits for).
+// under the KV-outer pass's last wave (pdl.cuh): each block waits for its pair's keys (nk per
+// block of a key tile: kv_head_splits of them with a split group), and counts one more once its
+// total is in slot 0 (what dK's projection waits for).
 template <int D>
 __global__ void __launch_bounds__(512) dk_keysum_total_kernel(const AttnParams p) {
   constexpr int kCols = D + 1;
@@ -96,7 +97,8 @@ __global__ void __launch_bounds__(512) dk_keysum_total_kernel(const AttnParams p
                                  : nullptr;
   if (counter) {
     if (threadIdx.x == 0) pdl_launch_dependents();  // (dK's projection waits for each total)
-    if (threadIdx.x < 32) counter_wait_acquire(counter, seq.nk);  // (the whole first warp)
+    // (the pair's keys once per block of their tile: kv_head_splits of them with a split group)
+    if (threadIdx.x < 32) counter_wait_acquire(counter, seq.nk * p.kv_head_splits);
     __syncthreads();
   }
   double* sums = reinterpret_cast<double*>(p.dk_keysum) +
@@ -129,13 +131,14 @@ __global__ void __launch_bounds__(32 * kProjectWarps) dk_project_kernel(const At
     return;
   }
   // Launched under the key-sum totals' (pair_counters): the pair's keys all written and its
-  // total in slot 0 (the count reaches nk + 1). (d = 256: dQ's rounding, which follows, may
+  // total in slot 0 (the count reaches nk x kv_head_splits + 1). (d = 256: dQ's rounding, which follows, may
   // launch once every block has started.)
   if (p.pair_counters) {
     if (threadIdx.x == 0) pdl_launch_dependents();
     if (threadIdx.x < 32)  // (the whole first warp)
       counter_wait_acquire(reinterpret_cast<const int*>(p.pair_counters) +
-                               (int64_t(p.batch) + b) * p.heads_k + hk, seq.nk + 1);
+                               (int64_t(p.batch) + b) * p.heads_k + hk,
+                           seq.nk * p.kv_head_splits + 1);
     __syncthreads();
   }
   __shared__ double total[D + 1];               // Σ_j dK_j, then Σ_j ||dK_j||

@@ -1306,7 +1306,7 @@ def check_hopper_backward(q, k, v, do, numerics, causal, window, monkeypatch):
                          ids=["gqa", "square", "mqa"])
 @pytest.mark.parametrize("variant", ["0", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12",
                                      "13", "14", "15", "18", "20", "21", "22", "23", "24",
-                                     "25", "26", "27", "31"],
+                                     "25", "26", "27", "31", "33"],
                          ids=["default", "three-parts", "dq-in-kv", "kv-3wg", "two-parts",
                               "qouter-64keys", "qouter-128keys", "kv-64rows", "kv-96rows",
                               "passes-in-turn", "counted-in-turn", "dq-per-wg-64", "dq-per-wg-128",
@@ -1314,11 +1314,11 @@ def check_hopper_backward(q, k, v, do, numerics, causal, window, monkeypatch):
                               "tiles-outer-all", "per-query-head", "row-range-mask-128",
                               "stage-freed-at-end", "do-ring",
                               "ds-by-address-64", "freed-at-end-ds-by-address",
-                              "before-session-39"])
+                              "before-session-39", "rotated-tiles"])
 @pytest.mark.parametrize("d", [64, 128])
 def test_hopper_kv_backward(numerics, dtype, causal, window, shape, variant, d, monkeypatch):
     """The Hopper backward (csrc/backward/bwd_kv_sm90.cuh, bwd_lambda_sm90.cuh, d=64/128;
-    GPROJ_BWD_VARIANT 0, 3-15, 18 and 20-27, 31) against the float64 reference (within 1.5x the
+    GPROJ_BWD_VARIANT 0, 3-15, 18, 20-27, 31 and 33) against the float64 reference (within 1.5x the
     emulator's error) and the mma.sync passes. Query head 0 and kv head 0 carry an offset of 6: the centering
     removes a coordinate's shift c only where every value lies in [c/2, 2c] = [3, 12], which
     N(0,1) + 6 over a few hundred rows rarely does, so most coordinates keep it; a form that
@@ -1331,7 +1331,7 @@ def test_hopper_kv_backward(numerics, dtype, causal, window, shape, variant, d, 
         pytest.skip("variant 22 splits only fa3 mode's GQA groups")
     if variant == "23" and (numerics != "fa3" or d != 128):
         pytest.skip("variant 23 is fa3 mode's d = 128 pass")
-    if variant in ("24", "25", "27", "31") and numerics != "fa3":
+    if variant in ("24", "25", "27", "31", "33") and numerics != "fa3":
         pytest.skip(f"variant {variant} is fa3 mode's KV-outer pass")
     if variant == "26" and (numerics != "fa3" or d != 64):
         pytest.skip("variant 26 is fa3 mode's d = 64 pass")
@@ -1389,6 +1389,39 @@ def test_fa3_backward_release_points_change_no_dk_dv_bit(d, causal, variant, mon
         pytest.skip("variant 26 is the d = 64 pass's")
     check_fa3_form_bitwise(variant, 2, 1300, 4, 2, d, causal, 3900 + d + int(causal),
                            monkeypatch)
+
+
+@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_fa3_backward_rotated_tiles(d, causal, monkeypatch):
+    """GPROJ_BWD_VARIANT=33 (session 41): each of fa3 mode's KV-outer blocks takes its query
+    tiles from its own diagonal tile on, cyclically (KeyBlockWork::rot). Under a causal mask the
+    diagonal is every block's first tile already: dK and dV bitwise the default's. Without a mask
+    the same sums in another order: dQ, dK, dV close to the default's and to float64. GQA, many
+    tiles per block, a partial last tile."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("needs a Hopper GPU")
+    if causal:
+        check_fa3_form_bitwise("33", 2, 1300, 4, 2, d, True, 4133 + d, monkeypatch)
+        return
+    g = torch.Generator(device=DEV).manual_seed(4133 + d)
+    b, n, h, hk = 2, 1300, 4, 2
+    q, do = rand(b, n, h, d, g=g), rand(b, n, h, d, g=g)
+    k, v = rand(b, n, hk, d, g=g), rand(b, n, hk, d, g=g)
+    s = d ** -0.5
+    out, _, st = forward_cuda(q, k, v, None, None, n, n, s, -1, -1, "fa3")
+    got = {}
+    for var in ("0", "33"):
+        monkeypatch.setenv("GPROJ_BWD_VARIANT", var)
+        got[var] = backward_cuda(do, q, k, v, out, st, None, None, n, n, s, -1, -1, "fa3",
+                                 hopper=True)
+    monkeypatch.delenv("GPROJ_BWD_VARIANT")
+    for i in range(3):
+        assert torch.isfinite(got["33"][i]).all(), i
+        assert row_rel_err(got["0"][i], got["33"][i]) < 1e-3, i
+    ref = reference.attention_grads(q.double(), k.double(), v.double(), do.double())
+    for i, j in ((0, 2), (1, 3), (2, 4)):
+        assert row_rel_err(got["33"][i], ref[j]) < 2e-2, i
 
 
 @pytest.mark.parametrize("d,gqa", [(128, False), (64, False), (128, True)],
@@ -1484,8 +1517,8 @@ def test_fa3_backward_gqa_work_orders(d, variant, splits, varlen, causal, monkey
                             cu_q=kw.get("cu_q"), cu_k=kw.get("cu_k"))
 
 
-@pytest.mark.parametrize("splits,variant", [("2", "0"), ("8", "0"), ("4", "6"), ("8", "7")],
-                         ids=["halves", "per-head", "quarters-two-parts", "per-head-lambda-32keys"])
+@pytest.mark.parametrize("splits,variant", [("2", "0"), ("4", "0"), ("2", "6"), ("4", "7")],
+                         ids=["halves", "per-head", "halves-two-parts", "per-head-lambda-32keys"])
 @pytest.mark.parametrize("nq,window", [(937, (-1, -1)), (937, (-1, 0)), (77, (30, 0))],
                          ids=["full", "causal", "window-no-query-first-keys"])
 def test_gproj_backward_hd256_split_group(splits, variant, nq, window, monkeypatch):
@@ -1496,7 +1529,8 @@ def test_gproj_backward_hd256_split_group(splits, variant, nq, window, monkeypat
     and (one part of A) the fp32 dK that dk_project.cuh projects; with variant 6, dK from both
     parts of A, rounded there. Against one block per group: the same sums in another order, so
     dQ, dK, dV within bf16 rounding; against float64 within 1.5x the emulator's error; Σ_j dK_j
-    still zero. Eight query heads on two kv heads, one of them with a key offset (K' != K), and
+    still zero. Eight query heads on two kv heads (groups of four: S = 4 is one block per query
+    head), one of them with a key offset (K' != K), and
     a window that leaves the first key blocks to no query (their blocks have no items but still
     count in the tile's sums)."""
     if torch.cuda.get_device_capability()[0] != 9:
@@ -1533,9 +1567,9 @@ def test_gproj_backward_hd256_split_group(splits, variant, nq, window, monkeypat
                          ids=["full", "causal", "window"])
 @pytest.mark.parametrize("shape", [(2, 257, 300, 4, 2), (1, 1000, 1000, 2, 2), (3, 64, 17, 8, 1)],
                          ids=["gqa", "square", "mqa"])
-@pytest.mark.parametrize("variant", ["0", "16", "17", "28", "29", "31", "32"],
+@pytest.mark.parametrize("variant", ["0", "16", "17", "28", "29", "31", "32", "33"],
                          ids=["default", "v16", "v17", "p-under-dp", "stores-by-address",
-                              "before-session-39", "atom-order"])
+                              "before-session-39", "atom-order", "rotated-tiles"])
 def test_hopper_backward_hd256(numerics, dtype, causal, window, shape, variant, monkeypatch):
     """The Hopper backward at d=256 against the float64 reference (within 1.5x the emulator's
     error) and the mma.sync passes; gproj also keeps Σ_j dK_j at zero. Both fa3-mode KV-outer

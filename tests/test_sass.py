@@ -63,6 +63,11 @@ KNOWN_SPILLING_VARIANTS = (
     "BwdKvTraits<{t}, 64, false, 3, true, 2, 128, false, true, 0>",
     "BwdKvTraits<{t}, 128, false, 3, true, 2, 64, false, false, 8>",
     "BwdKvTraits<{t}, 128, false, 3, true, 2, 64, false, false, 24>",
+    # (variant 33, session 41: the rotated item order's extra register; d = 64 16 bytes in its
+    # consumers, 3 local loads and 1 store per tile, L1 hits; d = 128 the default's producer-
+    # side spill)
+    "BwdKvTraits<{t}, 64, false, 3, true, 2, 128, false, true, 104>",
+    "BwdKvTraits<{t}, 128, false, 3, true, 2, 64, false, false, 64>",
 )
 # Default kernels that spill, by choice: the KV-outer pass at d = 64 with 128-row query tiles
 # (FlashAttention-3's 128 x 128 tile there) keeps S^T, dP^T, dK and dV (192 registers) live through

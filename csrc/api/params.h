@@ -149,7 +149,7 @@ struct AttnParams {
 // block's 256 consumer threads (value i of thread t at (i / 4) * 1024 + 4 t + i % 4: float4
 // reductions, a warp's 512 contiguous bytes), then one int32 counter per key tile.
 // gproj_cuda/ops.py allocates hopper_dkv_accum_bytes (_dkv_accum_bytes); zero_split_sums_share
-// (bwd_prepost.cuh) zeroes them. (Host and device: params.h is also compiled by the host
+// (csrc/common/tile.cuh) zeroes them. (Host and device: params.h is also compiled by the host
 // compiler, for the binding.)
 #ifdef __CUDACC__
 #define GPROJ_HOST_DEVICE __host__ __device__

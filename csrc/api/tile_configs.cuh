@@ -91,6 +91,9 @@ void hopper_backward(const AttnParams& p_in) {
       } else if (variant == 31) {     // variant 31: the default until session 39 (A/B): the
                                       // stage freed after the next tile's S, dS~ through CuTe
         sm90::run_bwd_kv<T, D, false, 3, true, 2, 128, false, true>(p, p.total_q, p.total_k);
+      } else if (variant == 33) {     // variant 33: the default from each block's diagonal tile
+                                      // on (A/B, session 41: kFa3Ab bit 64)
+        sm90::run_bwd_kv<T, D, false, 3, true, 2, 128, false, true, 104>(p, p.total_q, p.total_k);
       } else {  // dQ's GEMM split by query rows (kDqSplitM; -3 to -5%, bench/NOTES.md session 26),
                 // since session 39 the Q / dO stage freed at the tile's end and the dS~ stores by
                 // address (variant 27's form; -3 to -5% against variant 31, session 39)
@@ -111,6 +114,9 @@ void hopper_backward(const AttnParams& p_in) {
     } else if (variant == 25) {  // d = 128, variant 25: dO in a ring of its own, freed once dV
                                  // is done; Q's stage at the tile's end (A/B, session 39)
       sm90::run_bwd_kv<T, D, false, 3, true, 2, 64, false, false, 24>(p, p.total_q, p.total_k);
+    } else if (variant == 33) {  // d = 128, variant 33: the default from each block's diagonal
+                                 // tile on (A/B, session 41: kFa3Ab bit 64)
+      sm90::run_bwd_kv<T, D, false, 3, true, 2, 64, false, false, 64>(p, p.total_q, p.total_k);
     } else {
       sm90::run_bwd_kv<T, D, false>(p, p.total_q, p.total_k);
     }

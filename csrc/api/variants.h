@@ -179,9 +179,16 @@ inline int fwd_ab() {
 //      issued per m64 atom, with the dQ slices and their reduce-adds between them, in
 //      FlashAttention-3's order (its SASS): the reduce-adds' registers drain while dK / dV
 //      atoms run (bwd_kv_dkvt_sm90_kernel's kAb bit 4).
+//  33: (fa3 mode, every head dim, session 41, not yet measured) each KV-outer block takes its
+//      heads' query tiles from its own diagonal tile on, cyclically (KeyBlockWork::rot), instead
+//      of from the first: without a mask a head's blocks then no longer reduce-add into the same
+//      dq_accum tile (and read the same Q / dO tile) in step; under a causal mask the diagonal
+//      is already each block's first tile (no change there). Compiled in only there (kFa3Ab bit
+//      64, the d = 256 pass's kAb bit 8): the runtime rotation cost the d = 64 pass 16 bytes of
+//      spill.
 // (13 and 14 measured 7-17% slower than the default, session 26: kept for the record and A/B.)
 inline int bwd_variant() {
-  return env_int_in("GPROJ_BWD_VARIANT", 3, 32);
+  return env_int_in("GPROJ_BWD_VARIANT", 3, 33);
 }
 
 // fa3 mode's KV-outer item order for a launch (AttnParams::kv_tiles_outer): tile-major under a

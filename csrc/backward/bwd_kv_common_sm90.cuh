@@ -29,28 +29,43 @@ namespace sm90 {
 //   faster under a causal mask; bench/NOTES.md session 36 item 3.)
 // The block's query heads are head0 .. head0 + heads - 1: the kv head's whole group, or (fa3 mode,
 // AttnParams::kv_head_splits) one share of it.
+// Head-major with a rotation (rot > 0; fa3 mode's variant 33, compiled in as kRotated): each
+// head's tiles from mb_min + rot up, then mb_min .. mb_min + rot - 1. The device constructor
+// starts a block at its own diagonal tile (the tile of query row n0; mb_min under a causal
+// mask, so rot = 0 there). Why: without a mask every block of a head otherwise starts at tile 0
+// and walks in step with the others, so all of them reduce-add into the same dq_accum tile and
+// read the same Q / dO tile at once (128 blocks per head at d = 128, N = 16k); rotated, they
+// spread over the head's tiles (its Q, dO and dq_accum: 16 MB at d = 128, N = 16k, in L2).
 struct KeyBlockWork {
-  int head0, heads, mb_min, tiles_per_head, n_items;
+  int head0, heads, mb_min, tiles_per_head, n_items, rot;
   bool tiles_outer;
   // query tiles [mb_min, mb_max) of each head
   __host__ __device__ __forceinline__ KeyBlockWork(int head0_, int heads_, int mb_min_, int mb_max,
-                                                   bool tiles_outer_)
+                                                   bool tiles_outer_, int rot_ = 0)
       : head0(head0_), heads(heads_), mb_min(mb_min_), tiles_per_head(mb_max - mb_min_),
-        n_items((mb_max - mb_min_) * heads_), tiles_outer(tiles_outer_) {}
-  // the query tiles of bm rows that see some of the keys [n0, n_end)
+        n_items((mb_max - mb_min_) * heads_), rot(tiles_outer_ ? 0 : rot_),
+        tiles_outer(tiles_outer_) {}
+  // the query tiles of bm rows that see some of the keys [n0, n_end); rotated: from the tile of
+  // query row n0 (cyclically)
   __device__ __forceinline__ KeyBlockWork(const Mask& mask, int n0, int n_end, int bm, int head0_,
-                                          int heads_, bool tiles_outer_ = false)
+                                          int heads_, bool tiles_outer_ = false,
+                                          bool rotated = false)
       : KeyBlockWork(head0_, heads_, 0, 0, tiles_outer_) {
     int mb_max;
     mask.query_blocks(n0, n_end, bm, mb_min, mb_max);
     tiles_per_head = mb_max - mb_min;
     n_items = tiles_per_head * heads;
+    if (rotated && !tiles_outer && tiles_per_head > 1) {
+      const int r = (n0 / bm - mb_min) % tiles_per_head;
+      rot = r < 0 ? r + tiles_per_head : r;
+    }
   }
   __host__ __device__ __forceinline__ int head(int it) const {
     return head0 + (tiles_outer ? it % heads : it / tiles_per_head);
   }
   __host__ __device__ __forceinline__ int tile(int it) const {
-    return tiles_outer ? mb_min + tiles_per_head - 1 - it / heads : mb_min + it % tiles_per_head;
+    return tiles_outer ? mb_min + tiles_per_head - 1 - it / heads
+                       : mb_min + (it % tiles_per_head + rot) % tiles_per_head;
   }
 };
 
@@ -61,7 +76,10 @@ struct KeyBlockWork {
 struct ItemCursor {
   int h, mb;
   __host__ __device__ __forceinline__ explicit ItemCursor(const KeyBlockWork& w)
-      : h(w.head(0)), mb(w.tile(0)) {}
+      : h(w.head0), mb(w.tiles_outer ? w.mb_min + w.tiles_per_head - 1 : w.mb_min + w.rot) {}
+  // (kRotated: the work may have rot > 0, KeyBlockWork's rotated order; a template argument so
+  // that the passes without it keep their registers: at run time it cost the d = 64 pass a spill)
+  template <bool kRotated = false>
   __host__ __device__ __forceinline__ ItemCursor next(const KeyBlockWork& w) const {
     ItemCursor n = *this;
     if (w.tiles_outer) {  // the heads inner, the tiles from the last down
@@ -69,6 +87,9 @@ struct ItemCursor {
         n.h = w.head0;
         --n.mb;
       }
+    } else if constexpr (kRotated) {  // the next head once the tiles are back at mb_min + rot
+      if (++n.mb == w.mb_min + w.tiles_per_head) n.mb = w.mb_min;
+      if (n.mb == w.mb_min + w.rot) ++n.h;
     } else if (++n.mb == w.mb_min + w.tiles_per_head) {  // head-major
       n.mb = w.mb_min;
       ++n.h;
@@ -218,9 +239,9 @@ __device__ __forceinline__ void round_pairs(Acc const& acc, Out& out) {
 // elsewhere Q' = Q, loaded twice (the consumers' dK GEMM reads sQc). `prm` has the pass's TMA
 // loads and extents (tma_qc only with kLoadQc). With `pipe_do` (fa3 mode's A/B form
 // kSplitDoPipe) dO goes into that ring's stage instead, acquired on its own: its consumers free
-// it once dV is done, before Q's.
-template <bool kLoadQc, int kBlockM, int kBlockN, int kHeadDim, class Prm, class TK, class TQ,
-          class Pipeline>
+// it once dV is done, before Q's. kRotated: work's order may be rotated (ItemCursor::next).
+template <bool kLoadQc, int kBlockM, int kBlockN, int kHeadDim, bool kRotated = false, class Prm,
+          class TK, class TQ, class Pipeline>
 __device__ __forceinline__ void produce_kv_pass_tiles(
     Prm const& prm, const AttnParams& p, const SeqBounds& seq, int b, int bq, int hk, int n_block,
     const KeyBlockWork& work, TK& sK, TK& sV, TQ& sQ, TQ& sDO, TQ& sQc,
@@ -241,7 +262,7 @@ __device__ __forceinline__ void produce_kv_pass_tiles(
   copy(prm.tma_v.with(reinterpret_cast<uint64_t&>(barrier_kv), 0), tVg, tVs);
   auto wr = cutlass::make_producer_start_state<Pipeline>();
   ItemCursor cur(work);
-  for (int it = 0; it < work.n_items; ++it, cur = cur.next(work)) {
+  for (int it = 0; it < work.n_items; ++it, cur = cur.next<kRotated>(work)) {
     const int h = cur.h, mb = cur.mb;
     auto load = [&](auto const& tma, auto& smem, Pipeline& pipe) {
       Tensor m = tma_rows(tma, prm.rows_q, kHeadDim, p.heads, prm.batch_q, seq.q_start, h, bq);

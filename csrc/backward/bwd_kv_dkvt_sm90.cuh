@@ -259,6 +259,8 @@ __device__ __forceinline__ typename Pipeline::Params kv_pipe_params(int wg, int 
 // bit 2 (variant 29) stores P~ and dS~ by two 32-bit base addresses per lane and constant
 // offsets (stmatrix_rows_at) instead of each group's address through the layout: -3 to -4%
 // (SASS: 1066 -> 995 instructions a tile, no spill); both (variant 30, the default) the same.
+// Bit 4 (variant 32): dK^T / dV^T per m64 atom with the dQ slices between them. Bit 8 (variant
+// 33): each head's query tiles from the block's own diagonal tile on (KeyBlockWork::rot).
 template <class Traits, bool kDvFirst, int kAb = 0>
 __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     bwd_kv_dkvt_sm90_kernel(CUTE_GRID_CONSTANT BwdKvDkvtParams<Traits> const prm) {
@@ -271,6 +273,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   using PipelineDO = typename Traits::PipelineDO;
   constexpr bool kPUnderDp = (kAb & 1) != 0, kStoresByAddress = (kAb & 2) != 0;
   constexpr bool kAtomOrder = (kAb & 4) != 0;
+  constexpr bool kRotated = (kAb & 8) != 0;  // (variant 33: from the block's diagonal tile on)
   const AttnParams& p = prm.p;
 
   // (causal: the first key blocks, which the most query tiles see, first; grid_tile)
@@ -290,7 +293,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   const Mask mask(seq.nq, seq.nk, p.window_left, p.window_right, p.diag_shift);
   const int group = p.heads / p.heads_k, block_heads = group / splits;
   const KeyBlockWork work(mask, n0, n_end, kBlockM, hk * group + (gt.head - hk * splits) * block_heads,
-                          block_heads);
+                          block_heads, false, kRotated);
   const int n_items = work.n_items;
   const float c = p.softmax_scale * 1.4426950408889634f;
 
@@ -345,7 +348,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       auto wq = cutlass::make_producer_start_state<PipelineQ>();
       auto wdo = cutlass::make_producer_start_state<PipelineDO>();
       ItemCursor cur(work);  // (no division per item: ItemCursor)
-      for (int it = 0; it < n_items; ++it, cur = cur.next(work)) {
+      for (int it = 0; it < n_items; ++it, cur = cur.next<kRotated>(work)) {
         const int h = cur.h, mb = cur.mb;
         auto load = [&](auto const& tma, auto smem, uint64_t* bar) {  // smem: the stage's tile
           Tensor m = tma_rows(tma, prm.rows_q, kHeadDim, p.heads, prm.batch_q, seq.q_start, h, bq);
@@ -453,7 +456,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     typename PipelineDO::PipelineState rdo;
     for (int it = 0; it < n_items; ++it) {
       const int h = cur.h, mb = cur.mb;
-      cur = cur.next(work);  // item it + 1's, for fetch_rows below
+      cur = cur.next<kRotated>(work);  // item it + 1's, for fetch_rows below
       const int i0 = mb * kBlockM;
       const int buf = it & 1;  // row state, P~ and dS~
       const float2* row_st = ss.row_st[buf];
@@ -628,6 +631,8 @@ void run_bwd_kv_dkvt(const AttnParams& p, int total_q, int total_k) {
                 : v == 31 ? (dv_first ? bwd_kv_dkvt_sm90_kernel<Traits, true, 0>
                                       : bwd_kv_dkvt_sm90_kernel<Traits, false, 0>)
                 : v == 32 ? bwd_kv_dkvt_sm90_kernel<Traits, true, 7>
+                : v == 33 ? (dv_first ? bwd_kv_dkvt_sm90_kernel<Traits, true, 11>
+                                      : bwd_kv_dkvt_sm90_kernel<Traits, false, 11>)
                           : (dv_first ? bwd_kv_dkvt_sm90_kernel<Traits, true, 3>
                                       : bwd_kv_dkvt_sm90_kernel<Traits, false, 3>);
   const int tiles = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;

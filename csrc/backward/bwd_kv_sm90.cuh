@@ -130,11 +130,13 @@ struct BwdKvTraits {
   // (variant 25) dO has a ring of its own, freed once dV is done (kSplitDoPipe); bit 32 (variant
   // 26, the 128-row pass only) stores its dS~ by one 32-bit address, as the 64-row pass does.
   // The 128-row pass's default since session 39 is bits 8 + 32 (variant 27's form; 31 the one
-  // before).
+  // before). Bit 64 (variant 33, session 41, both tile heights; kRotated): each head's query
+  // tiles from the block's own diagonal tile on (KeyBlockWork::rot).
   static_assert(kFa3Ab_ == 0 || (!kGProj_ && kDqHere_ &&
-                                 (kBlockM_ == 64 ? (kFa3Ab_ & 32) == 0 : (kFa3Ab_ & ~56) == 0)),
-                "the A/B bits are for fa3 mode's 64-row pass (bits 8, 16: also the 128-row one; "
-                "bit 32: the 128-row one only)");
+                                 (kBlockM_ == 64 ? (kFa3Ab_ & 32) == 0 : (kFa3Ab_ & ~120) == 0)),
+                "the A/B bits are for fa3 mode's 64-row pass (bits 8, 16, 64: also the 128-row "
+                "one; bit 32: the 128-row one only)");
+  static constexpr bool kRotated = (kFa3Ab_ & 64) != 0;
   static_assert(!(kFa3Ab_ & 16) || (kFa3Ab_ & 8), "dO's own ring only with Q freed at the end");
   static constexpr int kFa3Ab = kFa3Ab_;
   // When a tile's Q / dO stage goes back to the producer. Without bit 8 (the 64-row pass's
@@ -381,8 +383,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   int q_full_lo = 0, q_full_hi = 0;
   if constexpr (!kGProj) mask.full_query_blocks(n0, kBlockN, kBlockM, q_full_lo, q_full_hi);
   const int head0 = hk * group + (gt.head - hk * splits) * block_heads;
+  // (kRotated, fa3 mode's variant 33: each head's tiles from this block's diagonal tile on)
+  constexpr bool kRotated = Traits::kRotated;
   const KeyBlockWork work(mask, n0, n_end, kBlockM, head0, block_heads,
-                          !kGProj && p.kv_tiles_outer);
+                          !kGProj && p.kv_tiles_outer, kRotated);
   const int tiles_per_head = work.tiles_per_head, n_items = work.n_items;
   const float c = p.softmax_scale * 1.4426950408889634f;
 
@@ -454,11 +458,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     cutlass::arch::warpgroup_reg_dealloc<24>();
     if (threadIdx.x == 0 && n_items > 0) {
       if constexpr (Traits::kSplitDoPipe)
-        produce_kv_pass_tiles<kGProj, kBlockM, kBlockN, kHeadDim>(
+        produce_kv_pass_tiles<kGProj, kBlockM, kBlockN, kHeadDim, kRotated>(
             prm, p, seq, b, bq, hk, n_block, work, sK, sV, sQ, sDO, sQc, ss.barrier_kv, pipe_q,
             &pipe_do);
       else
-        produce_kv_pass_tiles<kGProj, kBlockM, kBlockN, kHeadDim>(
+        produce_kv_pass_tiles<kGProj, kBlockM, kBlockN, kHeadDim, kRotated>(
             prm, p, seq, b, bq, hk, n_block, work, sK, sV, sQ, sDO, sQc, ss.barrier_kv, pipe_q);
     }
     if constexpr (Traits::kDqHere) {
@@ -493,7 +497,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
           dq_free_arrive(1);
         }
         ItemCursor cur(work);
-        for (int it = 0; it < n_items; ++it, cur = cur.next(work)) {
+        for (int it = 0; it < n_items; ++it, cur = cur.next<kRotated>(work)) {
           const int h = cur.h, mb = cur.mb;
           CUTLASS_PRAGMA_UNROLL
           for (int w = 0; w < 2; ++w) {
@@ -723,7 +727,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     PipelineState rd, rd_prev;
     for (int it = 0; it < n_items; ++it) {
       const int h = cur.h, mb = cur.mb;
-      const ItemCursor next = cur.next(work);
+      const ItemCursor next = cur.next<kRotated>(work);
       const int i0 = mb * kBlockM;
       const float2* row_st = ss.row_st[row_copy][it & 1];
       const float2* row_dl = ss.row_dl[row_copy][it & 1];

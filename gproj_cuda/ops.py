@@ -311,12 +311,12 @@ def _reduce_adds_dq(numerics: str, d: int = 128) -> bool:
 DK_KEYSUM_SLOT = 64
 
 
-def _dkv_tile_keys(d: int, numerics: str = "fa3") -> int:
+def _dkv_tile_keys(d: int, gproj: bool = False) -> int:
     """Keys per tile of the split group's dK / dV sums: the KV-outer pass's key tile
     (csrc/api/params.h, dkv_tile_keys; at d = 256 80 in fa3 mode's transposed pass, 64 in
     gproj's head-dim-split one)."""
     if d == 256:
-        return 64 if numerics == "gproj" else 80
+        return 64 if gproj else 80
     return 128
 
 
@@ -360,7 +360,7 @@ def _kv_head_splits(numerics: str, q: Tensor, k: Tensor, varlen: bool,
 def _dkv_accum_bytes(p) -> int:
     """Bytes of the split group's dK / dV sums and counters (csrc/api/params.h,
     hopper_dkv_accum_bytes)."""
-    keys = _dkv_tile_keys(p.head_dim, "gproj" if p.numerics == _NUMERICS_CODE["gproj"] else "fa3")
+    keys = _dkv_tile_keys(p.head_dim, p.numerics == _NUMERICS_CODE["gproj"])
     tiles = p.batch * p.heads_k * ((p.seqlen_k + keys - 1) // keys)
     return tiles * (2 * keys * p.head_dim * 4 + 4)
 

@@ -23,35 +23,35 @@ int main() {
         for (int mb_min : {0, 1, 7})
           for (int tiles = 1; tiles <= 40; ++tiles)
             for (int rot : {0, 1, tiles / 2, tiles - 1}) {
-            if ((outer != 2 && rot != 0) || rot >= tiles) continue;
-            const KeyBlockWork w(head0, heads, mb_min, mb_min + tiles, outer == 1, rot);
-            CHECK(w.n_items == heads * tiles, "n_items %d for %d x %d\n", w.n_items, heads, tiles);
-            std::vector<int> seen(heads * tiles, 0);
-            ItemCursor cur(w);
-            for (int it = 0; it < w.n_items; ++it) {
-              CHECK(cur.h == w.head(it) && cur.mb == w.tile(it),
-                    "order %d, %d heads from %d, tiles [%d, %d): item %d cursor (%d, %d), "
-                    "head / tile (%d, %d)\n",
-                    outer, heads, head0, mb_min, mb_min + tiles, it, cur.h, cur.mb, w.head(it),
-                    w.tile(it));
-              const int hh = w.head(it) - head0, tt = w.tile(it) - mb_min;
-              CHECK(hh >= 0 && hh < heads && tt >= 0 && tt < tiles, "item %d out of range\n", it);
-              if (hh >= 0 && hh < heads && tt >= 0 && tt < tiles) ++seen[hh * tiles + tt];
-              if (outer == 1)  // from the last tile down, all heads of a tile together
-                CHECK(w.tile(it) == mb_min + tiles - 1 - it / heads, "item %d: tile %d\n", it,
+              if ((outer != 2 && rot != 0) || rot >= tiles) continue;
+              const KeyBlockWork w(head0, heads, mb_min, mb_min + tiles, outer == 1, rot);
+              CHECK(w.n_items == heads * tiles, "n_items %d for %d x %d\n", w.n_items, heads, tiles);
+              std::vector<int> seen(heads * tiles, 0);
+              ItemCursor cur(w);
+              for (int it = 0; it < w.n_items; ++it) {
+                CHECK(cur.h == w.head(it) && cur.mb == w.tile(it),
+                      "order %d, %d heads from %d, tiles [%d, %d): item %d cursor (%d, %d), "
+                      "head / tile (%d, %d)\n",
+                      outer, heads, head0, mb_min, mb_min + tiles, it, cur.h, cur.mb, w.head(it),
                       w.tile(it));
-              if (outer != 1) {  // a head's tiles together, from mb_min + rot on, cyclically
-                CHECK(w.head(it) == head0 + it / tiles, "item %d: head %d\n", it, w.head(it));
-                CHECK(w.tile(it) == mb_min + (it % tiles + rot) % tiles, "item %d: tile %d\n",
-                      it, w.tile(it));
+                const int hh = w.head(it) - head0, tt = w.tile(it) - mb_min;
+                CHECK(hh >= 0 && hh < heads && tt >= 0 && tt < tiles, "item %d out of range\n", it);
+                if (hh >= 0 && hh < heads && tt >= 0 && tt < tiles) ++seen[hh * tiles + tt];
+                if (outer == 1)  // from the last tile down, all heads of a tile together
+                  CHECK(w.tile(it) == mb_min + tiles - 1 - it / heads, "item %d: tile %d\n", it,
+                        w.tile(it));
+                if (outer != 1) {  // a head's tiles together, from mb_min + rot on, cyclically
+                  CHECK(w.head(it) == head0 + it / tiles, "item %d: head %d\n", it, w.head(it));
+                  CHECK(w.tile(it) == mb_min + (it % tiles + rot) % tiles, "item %d: tile %d\n",
+                        it, w.tile(it));
+                }
+                cur = outer == 2 ? cur.next<true>(w) : cur.next(w);  // (kRotated's step)
               }
-              cur = outer == 2 ? cur.next<true>(w) : cur.next(w);  // (kRotated's step)
+              for (int i = 0; i < heads * tiles; ++i)
+                CHECK(seen[i] == 1, "order %d: (head %d, tile %d) visited %d times\n", outer,
+                      head0 + i / tiles, mb_min + i % tiles, seen[i]);
+              ++blocks;
             }
-            for (int i = 0; i < heads * tiles; ++i)
-              CHECK(seen[i] == 1, "order %d: (head %d, tile %d) visited %d times\n", outer,
-                    head0 + i / tiles, mb_min + i % tiles, seen[i]);
-            ++blocks;
-          }
   if (failures) {
     std::printf("%d checks failed\n", failures);
     return 1;

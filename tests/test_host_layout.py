@@ -44,3 +44,11 @@ def test_kv_item_cursor_matches_key_block_work(tmp_path):
     the dQ writer's), head-major and tile-major (tests/host/kv_item_order.cu says what is
     checked)."""
     build_and_run(tmp_path, "kv_item_order")
+
+
+def test_masked_tile_row_ranges_match_visible(tmp_path):
+    """The KV-outer passes' per-row masks of cut tiles (mask_row_ranges over Mask::row_queries /
+    row_columns, in the form each pass picks) zero exactly the scores Mask::visible hides, in
+    each pass's own accumulator partition, for random masks and tiles
+    (tests/host/mask_ranges.cu)."""
+    build_and_run(tmp_path, "mask_ranges")

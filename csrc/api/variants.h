@@ -186,9 +186,12 @@ inline int fwd_ab() {
 //      is already each block's first tile (no change there). Compiled in only there (kFa3Ab bit
 //      64, the d = 256 pass's kAb bit 8): the runtime rotation cost the d = 64 pass 16 bytes of
 //      spill.
+//  34: (fa3 mode, d = 256, session 42, not yet measured) the 80-key pass masks the tiles the mask
+//      cuts by key ranges per query row (Mask::row_columns, mask_row_ranges: one compare and one
+//      select per score) instead of visible() per score (kAb bit 16); 35: 32 and 34 together.
 // (13 and 14 measured 7-17% slower than the default, session 26: kept for the record and A/B.)
 inline int bwd_variant() {
-  return env_int_in("GPROJ_BWD_VARIANT", 3, 33);
+  return env_int_in("GPROJ_BWD_VARIANT", 3, 35);
 }
 
 // fa3 mode's KV-outer item order for a launch (AttnParams::kv_tiles_outer): tile-major under a

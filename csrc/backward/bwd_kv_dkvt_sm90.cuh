@@ -260,7 +260,8 @@ __device__ __forceinline__ typename Pipeline::Params kv_pipe_params(int wg, int 
 // offsets (stmatrix_rows_at) instead of each group's address through the layout: -3 to -4%
 // (SASS: 1066 -> 995 instructions a tile, no spill); both (variant 30, the default) the same.
 // Bit 4 (variant 32): dK^T / dV^T per m64 atom with the dQ slices between them. Bit 8 (variant
-// 33): each head's query tiles from the block's own diagonal tile on (KeyBlockWork::rot).
+// 33): each head's query tiles from the block's own diagonal tile on (KeyBlockWork::rot). Bit 16
+// (variant 34): the tiles the mask cuts masked by key ranges per query row (mask_row_ranges).
 template <class Traits, bool kDvFirst, int kAb = 0>
 __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     bwd_kv_dkvt_sm90_kernel(CUTE_GRID_CONSTANT BwdKvDkvtParams<Traits> const prm) {
@@ -274,6 +275,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   constexpr bool kPUnderDp = (kAb & 1) != 0, kStoresByAddress = (kAb & 2) != 0;
   constexpr bool kAtomOrder = (kAb & 4) != 0;
   constexpr bool kRotated = (kAb & 8) != 0;  // (variant 33: from the block's diagonal tile on)
+  constexpr bool kRowRangeMask = (kAb & 16) != 0;  // (variant 34)
   const AttnParams& p = prm.p;
 
   // (causal: the first key blocks, which the most query tiles see, first; grid_tile)
@@ -487,11 +489,29 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
           s_rc(r, j) = exp2_approx(fmaf(s_rc(r, j), c, -lse2[r]));
       // the mask on tiles it cuts only (one branch per tile; bwd_kv_split_sm90.cuh says why)
       if (mask.tile_partial(i0, i0 + kBlockM, n0, n0 + kBlockN)) {
-        CUTLASS_PRAGMA_UNROLL
-        for (int j = 0; j < size<1>(s_rc); ++j)
+        if constexpr (kRowRangeMask) {
+          // Per query row, its visible keys as one range (Mask::row_columns): a compare against
+          // a constant offset and a select per score. visible() per score is ~17 SASS
+          // instructions here (ptxas branches around each score's test: the masked path is 342
+          // instructions a tile on top of ~690), and 80-key blocks on 64-row tiles put ~2.2
+          // tiles a block on the diagonal, 14% of a causal pass's tiles at 2k. A causal mask
+          // (no left bound) needs the upper bound only, which also covers keys past the end
+          // and padding rows (row_columns: hi = INT_MIN).
+          auto keys = [&](int row, int col0, int& lo, int& hi) {
+            mask.row_columns(i0 + row, n0 + col0, lo, hi);
+          };
+          if (mask.left < 0) {
+            mask_row_ranges<false, true>(s_rc, c_rc, keys, 0.f);
+          } else {
+            mask_row_ranges<true, true>(s_rc, c_rc, keys, 0.f);
+          }
+        } else {
           CUTLASS_PRAGMA_UNROLL
-          for (int r = 0; r < kRows; ++r)
-            if (!mask.visible(i0 + get<0>(c_rc(r, j)), n0 + get<1>(c_rc(r, j)))) s_rc(r, j) = 0.f;
+          for (int j = 0; j < size<1>(s_rc); ++j)
+            CUTLASS_PRAGMA_UNROLL
+            for (int r = 0; r < kRows; ++r)
+              if (!mask.visible(i0 + get<0>(c_rc(r, j)), n0 + get<1>(c_rc(r, j)))) s_rc(r, j) = 0.f;
+        }
       }
       if constexpr (kPUnderDp) warpgroup_wait<0>();  // dP
       CUTLASS_PRAGMA_UNROLL
@@ -633,6 +653,9 @@ void run_bwd_kv_dkvt(const AttnParams& p, int total_q, int total_k) {
                 : v == 32 ? bwd_kv_dkvt_sm90_kernel<Traits, true, 7>
                 : v == 33 ? (dv_first ? bwd_kv_dkvt_sm90_kernel<Traits, true, 11>
                                       : bwd_kv_dkvt_sm90_kernel<Traits, false, 11>)
+                : v == 34 ? (dv_first ? bwd_kv_dkvt_sm90_kernel<Traits, true, 19>
+                                      : bwd_kv_dkvt_sm90_kernel<Traits, false, 19>)
+                : v == 35 ? bwd_kv_dkvt_sm90_kernel<Traits, true, 23>
                           : (dv_first ? bwd_kv_dkvt_sm90_kernel<Traits, true, 3>
                                       : bwd_kv_dkvt_sm90_kernel<Traits, false, 3>);
   const int tiles = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;

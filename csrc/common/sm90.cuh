@@ -155,7 +155,7 @@ void launch_sm90(Kernel kernel, dim3 grid, int threads, int smem, const Prm& prm
 
 // Accumulator ((2, 2, V), M, N) -> (rows, cols) view: the lane's rows and columns.
 template <class L>
-__device__ __forceinline__ auto acc_rowcol(L l) {
+__host__ __device__ __forceinline__ auto acc_rowcol(L l) {
   auto l0 = get<0>(l);
   return make_layout(make_layout(get<1>(l0), get<1>(l)),
                      make_layout(get<0>(l0), get<2>(l0), get<2>(l)));
@@ -178,8 +178,8 @@ __device__ __forceinline__ uint32_t& reg_pair(T& t, int r, int j) {
 // kTestLo / kTestHi drop a test whose bound cannot cut, e.g. under a causal mask: one compare
 // per element instead of two (bench/NOTES.md session 16, items 9 and 11).
 template <bool kTestLo, bool kTestHi, class TS, class TC, class RowBounds>
-__device__ __forceinline__ void mask_row_ranges(TS& s_rc, TC const& c_rc, RowBounds const& row_bounds,
-                                                float fill) {
+__host__ __device__ __forceinline__ void mask_row_ranges(TS& s_rc, TC const& c_rc,
+                                                         RowBounds const& row_bounds, float fill) {
   const int col0 = get<1>(c_rc(0, 0));
   CUTLASS_PRAGMA_UNROLL
   for (int r = 0; r < size<0>(s_rc); ++r) {

@@ -223,10 +223,10 @@ __device__ __forceinline__ GridTile block_tile(const AttnParams& p, uint64_t cu,
 // off = nk - nq + shift (shift != 0 only for chunk pairs of context parallelism).
 struct Mask {
   int nq, nk, left, right, shift;
-  __device__ Mask(int nq_, int nk_, int left_, int right_, int shift_)
+  __host__ __device__ Mask(int nq_, int nk_, int left_, int right_, int shift_)
       : nq(nq_), nk(nk_), left(left_), right(right_), shift(shift_) {}
-  __device__ __forceinline__ int offset() const { return nk - nq + shift; }
-  __device__ __forceinline__ bool visible(int i, int j) const {
+  __host__ __device__ __forceinline__ int offset() const { return nk - nq + shift; }
+  __host__ __device__ __forceinline__ bool visible(int i, int j) const {
     const int d = i + offset();
     return i < nq && j < nk && (right < 0 || j <= d + right) && (left < 0 || j >= d - left);
   }
@@ -234,7 +234,7 @@ struct Mask {
   // thread tests each of its accumulator columns against two per-row bounds, so only the bounds
   // stay live across the key loop; per-element (i, j) coordinates held there cost the forward's
   // 176-key tile 9 KB of spill (bench/NOTES.md, "Session 7").
-  __device__ __forceinline__ void row_columns(int i, int j0, int& lo, int& hi) const {
+  __host__ __device__ __forceinline__ void row_columns(int i, int j0, int& lo, int& hi) const {
     const int d = i + offset() - j0;
     hi = nk - j0;
     if (right >= 0) hi = min(hi, d + right + 1);
@@ -244,7 +244,7 @@ struct Mask {
   // Queries visible to key j, as offsets from query i0: i is visible iff lo <= i - i0 < hi (the
   // backward's S^T tiles, whose rows are keys). A key past the end: none (lo = INT_MAX).
   // Checked against visible() on the CPU for 200k random masks and tiles (session 16).
-  __device__ __forceinline__ void row_queries(int j, int i0, int& lo, int& hi) const {
+  __host__ __device__ __forceinline__ void row_queries(int j, int i0, int& lo, int& hi) const {
     const int d = j - offset();  // the query on key j's diagonal
     lo = right >= 0 ? d - right - i0 : INT_MIN;
     hi = nq - i0;
@@ -252,35 +252,35 @@ struct Mask {
     if (j >= nk) lo = INT_MAX;
   }
   // Keys [lo, hi) that any of the queries [i0, i1) can see.
-  __device__ __forceinline__ void key_range(int i0, int i1, int& lo, int& hi) const {
+  __host__ __device__ __forceinline__ void key_range(int i0, int i1, int& lo, int& hi) const {
     hi = nk;
     if (right >= 0) hi = min(nk, i1 - 1 + offset() + right + 1);
     lo = 0;
     if (left >= 0) lo = max(0, i0 + offset() - left);
   }
   // Queries [lo, hi) that can see any of the keys [j0, j1).
-  __device__ __forceinline__ void query_range(int j0, int j1, int& lo, int& hi) const {
+  __host__ __device__ __forceinline__ void query_range(int j0, int j1, int& lo, int& hi) const {
     lo = 0;
     if (right >= 0) lo = max(0, j0 - offset() - right);
     hi = nq;
     if (left >= 0) hi = min(nq, j1 - 1 - offset() + left + 1);
   }
   // Key tiles [lo, hi) of width bn that the queries [i0, i1) need (lo == hi: none).
-  __device__ __forceinline__ void key_blocks(int i0, int i1, int bn, int& lo, int& hi) const {
+  __host__ __device__ __forceinline__ void key_blocks(int i0, int i1, int bn, int& lo, int& hi) const {
     int k_lo, k_hi;
     key_range(i0, i1, k_lo, k_hi);
     lo = k_lo / bn;
     hi = k_hi > k_lo ? (k_hi + bn - 1) / bn : lo;
   }
   // Query tiles [lo, hi) of height bm that see any of the keys [j0, j1).
-  __device__ __forceinline__ void query_blocks(int j0, int j1, int bm, int& lo, int& hi) const {
+  __host__ __device__ __forceinline__ void query_blocks(int j0, int j1, int bm, int& lo, int& hi) const {
     int q_lo, q_hi;
     query_range(j0, j1, q_lo, q_hi);
     lo = q_lo / bm;
     hi = q_hi > q_lo ? (q_hi + bm - 1) / bm : lo;
   }
   // True unless every (i, j) of the tile is visible.
-  __device__ __forceinline__ bool tile_partial(int i0, int i1, int j0, int j1) const {
+  __host__ __device__ __forceinline__ bool tile_partial(int i0, int i1, int j0, int j1) const {
     return i1 > nq || j1 > nk || (right >= 0 && j1 - 1 > i0 + offset() + right) ||
            (left >= 0 && j0 < i1 - 1 + offset() - left);
   }
@@ -290,7 +290,7 @@ struct Mask {
   // instead of tile_partial's window bounds, which the compiler reloads from the parameters
   // every iteration (an LDC and its latency per key tile: ~4% of the forward's stall samples at
   // d = 128 N = 8k causal, ncu, bench/NOTES.md session 15).
-  __device__ __forceinline__ void full_blocks(int i0, int bm, int bn, int& lo, int& hi) const {
+  __host__ __device__ __forceinline__ void full_blocks(int i0, int bm, int bn, int& lo, int& hi) const {
     // top: (nb + 1) * bn <= min(nk, i0 + offset() + right + 1)
     const int top = right >= 0 ? min(nk, i0 + offset() + right + 1) : nk;
     hi = i0 + bm > nq || top < 0 ? INT_MIN : top / bn;
@@ -302,7 +302,7 @@ struct Mask {
   // keys [j0, j0 + bn), lo <= mb < hi, i.e. tile_partial(mb * bm, (mb + 1) * bm, j0, j0 + bn) ==
   // (mb < lo || mb >= hi) for every mb >= 0 (checked on the CPU against tile_partial for 300k
   // random masks and tile shapes, bench/NOTES.md session 15).
-  __device__ __forceinline__ void full_query_blocks(int j0, int bn, int bm, int& lo, int& hi) const {
+  __host__ __device__ __forceinline__ void full_query_blocks(int j0, int bn, int bm, int& lo, int& hi) const {
     const int j1 = j0 + bn;
     hi = nq / bm;  // whole query tiles: (mb + 1) * bm <= nq
     lo = 0;

@@ -39,13 +39,13 @@ if os.environ.get("SANITIZE_ONLY_GQA_ORDERS") == "1":
     for variant, splits in (("20", ""), ("21", ""), ("22", ""), ("0", "2"), ("20", "2"),
                             ("23", ""), ("24", ""), ("25", ""), ("26", ""), ("27", ""),
                             ("28", ""), ("30", ""), ("0", "4"), ("32", ""), ("33", ""),
-                            ("33", "2"), ("34", "")):
+                            ("33", "2"), ("34", ""), ("36", "")):
         os.environ["GPROJ_BWD_VARIANT"] = variant
         os.environ["GPROJ_BWD_KV_SPLITS"] = splits
         for d in (64, 128, 256):
-            # (variants 28 / 30 / 32 / 34 are d = 256's forms; the split group and 33's rotated
+            # (variants 28 / 30 / 32 / 34 / 36 are d = 256's forms; the split group and 33's rotated
             # tiles run at every head dim)
-            d256_form = variant in ("28", "30", "32", "34")
+            d256_form = variant in ("28", "30", "32", "34", "36")
             if (d == 256) != d256_form and not splits and variant != "33":
                 continue
             if variant == "20" and d == 256:

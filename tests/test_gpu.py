@@ -1567,10 +1567,12 @@ def test_gproj_backward_hd256_split_group(splits, variant, nq, window, monkeypat
                          ids=["full", "causal", "window"])
 @pytest.mark.parametrize("shape", [(2, 257, 300, 4, 2), (1, 1000, 1000, 2, 2), (3, 64, 17, 8, 1)],
                          ids=["gqa", "square", "mqa"])
-@pytest.mark.parametrize("variant", ["0", "16", "17", "28", "29", "31", "32", "33", "34", "35"],
+@pytest.mark.parametrize("variant", ["0", "16", "17", "28", "29", "31", "32", "33", "34", "35",
+                                     "36"],
                          ids=["default", "v16", "v17", "p-under-dp", "stores-by-address",
                               "before-session-39", "atom-order", "rotated-tiles",
-                              "row-range-mask", "atom-order-row-range-mask"])
+                              "row-range-mask", "atom-order-row-range-hoisted",
+                              "row-range-hoisted"])
 def test_hopper_backward_hd256(numerics, dtype, causal, window, shape, variant, monkeypatch):
     """The Hopper backward at d=256 against the float64 reference (within 1.5x the emulator's
     error) and the mma.sync passes; gproj also keeps Σ_j dK_j at zero. Both fa3-mode KV-outer
@@ -1583,7 +1585,8 @@ def test_hopper_backward_hd256(numerics, dtype, causal, window, shape, variant, 
     rowstate (GPROJ_BWD_VARIANT=28), P~ / dS~ stored by per-lane base addresses (29), both (the
     default since; 31 neither, the form before); session 40's dK / dV GEMMs per m64 atom with
     the dQ slices between them, FlashAttention-3's order (32); session 42's cut tiles masked by
-    key ranges per query row (34; 35 with 32)."""
+    key ranges per query row (34; 36 with the per-block address parts formed once; 35 both with
+    32)."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("needs a Hopper GPU")
     if variant != "0" and numerics != "fa3":
@@ -1600,7 +1603,7 @@ def test_hopper_backward_hd256(numerics, dtype, causal, window, shape, variant, 
     check_hopper_backward(q, k, v, do, numerics, causal, window, monkeypatch)
 
 
-@pytest.mark.parametrize("variant", ["28", "29", "31", "32", "34", "35"])
+@pytest.mark.parametrize("variant", ["28", "29", "31", "32", "34", "35", "36"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_fa3_backward_hd256_forms_change_no_dk_dv_bit(causal, variant, monkeypatch):
     """GPROJ_BWD_VARIANT=28 (session 39) computes P in fa3 mode's d = 256 pass while dP is on the
@@ -1608,7 +1611,8 @@ def test_fa3_backward_hd256_forms_change_no_dk_dv_bit(causal, variant, monkeypat
     forms it from the stats; 29 stores P~ and dS~ by per-lane base addresses and constants; the
     default since does both, 31 neither; 32 (session 40) issues dK and dV per m64 atom, each
     element's sum over the query tiles in the same order; 34 (session 42) masks the cut tiles by
-    key ranges per query row, the same scores zeroed (35: with 32). P, dS and so dK and dV are
+    key ranges per query row, the same scores zeroed; 36 also forms the block's parts of the
+    dq_accum and rowstate addresses once (35: 36 with 32). P, dS and so dK and dV are
     bitwise the default's, dQ (fp32 reductions in another order) close; against float64 too."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("needs a Hopper GPU")

@@ -188,10 +188,12 @@ inline int fwd_ab() {
 //      spill.
 //  34: (fa3 mode, d = 256, session 42, not yet measured) the 80-key pass masks the tiles the mask
 //      cuts by key ranges per query row (Mask::row_columns, mask_row_ranges: one compare and one
-//      select per score) instead of visible() per score (kAb bit 16); 35: 32 and 34 together.
+//      select per score) instead of visible() per score (kAb bit 16); 36: 34 with the block's
+//      parts of each tile's dq_accum and rowstate addresses formed once (kAb bit 32); 35: 32
+//      and 36 together. None changes a value: dK and dV bitwise the default's.
 // (13 and 14 measured 7-17% slower than the default, session 26: kept for the record and A/B.)
 inline int bwd_variant() {
-  return env_int_in("GPROJ_BWD_VARIANT", 3, 35);
+  return env_int_in("GPROJ_BWD_VARIANT", 3, 36);
 }
 
 // fa3 mode's KV-outer item order for a launch (AttnParams::kv_tiles_outer): tile-major under a

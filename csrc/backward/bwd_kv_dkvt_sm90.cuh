@@ -262,6 +262,8 @@ __device__ __forceinline__ typename Pipeline::Params kv_pipe_params(int wg, int 
 // Bit 4 (variant 32): dK^T / dV^T per m64 atom with the dQ slices between them. Bit 8 (variant
 // 33): each head's query tiles from the block's own diagonal tile on (KeyBlockWork::rot). Bit 16
 // (variant 34): the tiles the mask cuts masked by key ranges per query row (mask_row_ranges).
+// Bit 32 (variants 35, 36): the block's parts of each tile's dq_accum and rowstate addresses
+// formed once, not per tile.
 template <class Traits, bool kDvFirst, int kAb = 0>
 __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     bwd_kv_dkvt_sm90_kernel(CUTE_GRID_CONSTANT BwdKvDkvtParams<Traits> const prm) {
@@ -275,7 +277,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   constexpr bool kPUnderDp = (kAb & 1) != 0, kStoresByAddress = (kAb & 2) != 0;
   constexpr bool kAtomOrder = (kAb & 4) != 0;
   constexpr bool kRotated = (kAb & 8) != 0;  // (variant 33: from the block's diagonal tile on)
-  constexpr bool kRowRangeMask = (kAb & 16) != 0;  // (variant 34)
+  constexpr bool kRowRangeMask = (kAb & 16) != 0;  // (variants 34-36)
+  constexpr bool kHoistedAddresses = (kAb & 32) != 0;  // (variants 35, 36)
   const AttnParams& p = prm.p;
 
   // (causal: the first key blocks, which the most query tiles see, first; grid_tile)
@@ -429,6 +432,23 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   // the two warpgroups after the tile's elementwise work publishes them (both read all 64). Rows
   // past the end are zero-filled (finite); the mask zeroes their P.
   const bool row_lane = lane128 < 32;
+  // kHoistedAddresses: this block's rows of rowstate (batch b, the sequence's first row) and the
+  // head stride, and this lane's slot of the sequence's first dq_accum tile, formed once. Per
+  // tile the kernel formed them again from the parameters (rowstat_index, dq_tile_base and
+  // dq_accum_tiles: 64-bit products, the varlen test, loads of the parameters; ~70 of the
+  // 614 SASS instructions of an unmasked tile against FlashAttention-3's 513). The empty asm
+  // keeps ptxas from re-deriving them from the parameters inside the loop, which is what it
+  // did with plain hoisted values.
+  const float* rs_block = reinterpret_cast<const float*>(p.rowstate) +
+                          4 * (int64_t(b) * p.rs_batch_stride + seq.q_start);
+  int64_t rs_head_stride = p.rs_head_stride;
+  float* dq_block = reinterpret_cast<float*>(p.dq_accum) +
+                    int64_t(dq_tile_base(p, b, seq.q_start)) * (kBlockM * kHeadDim) +
+                    dq_accum_offset(w, kHeadDim, 0, lane128);
+  int64_t dq_head_stride = int64_t(dq_accum_tiles(p)) * (kBlockM * kHeadDim);
+  if constexpr (kHoistedAddresses) {
+    asm volatile("" : "+l"(rs_block), "+l"(rs_head_stride), "+l"(dq_block), "+l"(dq_head_stride));
+  }
   auto fetch_rows = [&](int it, int h, int mb) {  // (h, mb: item it's head and query tile)
     if (row_lane && it < n_items) {
       const int slot = (tid & 31) + 32 * w;
@@ -437,7 +457,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       const int64_t idx = ok ? rowstat_index(p, b, h, seq.q_start + i) : 0;
       if constexpr (!kPUnderDp)
         cp_async_zfill(&ss.row_st[it & 1][slot], reinterpret_cast<const float2*>(p.stats) + idx, ok);
-      const float* rs = reinterpret_cast<const float*>(p.rowstate) + 4 * idx;
+      const float* rs = kHoistedAddresses
+                            ? rs_block + (ok ? 4 * (h * rs_head_stride + i) : int64_t(0))
+                            : reinterpret_cast<const float*>(p.rowstate) + 4 * idx;
       cp_async_zfill(&ss.row_dl[it & 1][slot], reinterpret_cast<const float2*>(rs), ok);
     }
     cute::cp_async_fence();
@@ -545,10 +567,12 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       // accumulator's values 32 s .. 32 s + 31, a float4 per lane and step. (The lane's pointer
       // plus a constant per step, so that the reductions take immediate offsets: from a 32-bit
       // offset per step ptxas kept eight 64-bit addresses live, 16 registers.)
-      float* g_dq = reinterpret_cast<float*>(p.dq_accum) +
-                    (int64_t(h) * dq_accum_tiles(p) + dq_tile_base(p, b, seq.q_start) + mb) *
-                        (kBlockM * kHeadDim) +
-                    dq_accum_offset(w, kHeadDim, 0, lane128);
+      float* g_dq = kHoistedAddresses
+                        ? dq_block + h * dq_head_stride + int64_t(mb) * (kBlockM * kHeadDim)
+                        : reinterpret_cast<float*>(p.dq_accum) +
+                              (int64_t(h) * dq_accum_tiles(p) + dq_tile_base(p, b, seq.q_start) +
+                               mb) * (kBlockM * kHeadDim) +
+                              dq_accum_offset(w, kHeadDim, 0, lane128);
       auto add_dq = [&](auto const& acc, auto slice) {
         CUTLASS_PRAGMA_UNROLL
         for (int i = 0; i < size(acc); i += 4)
@@ -655,7 +679,9 @@ void run_bwd_kv_dkvt(const AttnParams& p, int total_q, int total_k) {
                                       : bwd_kv_dkvt_sm90_kernel<Traits, false, 11>)
                 : v == 34 ? (dv_first ? bwd_kv_dkvt_sm90_kernel<Traits, true, 19>
                                       : bwd_kv_dkvt_sm90_kernel<Traits, false, 19>)
-                : v == 35 ? bwd_kv_dkvt_sm90_kernel<Traits, true, 23>
+                : v == 35 ? bwd_kv_dkvt_sm90_kernel<Traits, true, 55>
+                : v == 36 ? (dv_first ? bwd_kv_dkvt_sm90_kernel<Traits, true, 51>
+                                      : bwd_kv_dkvt_sm90_kernel<Traits, false, 51>)
                           : (dv_first ? bwd_kv_dkvt_sm90_kernel<Traits, true, 3>
                                       : bwd_kv_dkvt_sm90_kernel<Traits, false, 3>);
   const int tiles = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;

@@ -1,16 +1,12 @@
 #!/usr/bin/env bash
-# Sessions 41-42, part 3: variant 23 (fa3 mode, d = 128's diagonal tiles masked by key-row
-# ranges) under a causal mask, and variant 33 (each KV-outer block from its own diagonal tile)
-# without a mask (8k causal: the control, no change expected), FlashAttention-3's backward in the
-# same runs; then d = 64's passes kernel by kernel, dense against GQA (the same tiles; GQA's
-# KV-outer blocks walk 8 heads each: 8x fewer blocks), to size the per-block cost (session 42's
-# question: fa3 mode trails FlashAttention-3 by ~9% dense but ~1.5% GQA at d = 64); and d = 64 causal
-# GQA at 8k / 16k (speed.json: 0.88 of FlashAttention-3's ratio at 16k) in 2 / 4 shares and tile-major.
+# Sessions 41-42, part 3: d = 256 GQA (gproj's split group in 1 / 2 / 4 / 8 shares: 0sS; fa3 mode
+# variants 0, 32, 36), variant 23 (fa3 mode, d = 128's diagonal tiles masked by key-row ranges)
+# under a causal mask, and variant 33 (each KV-outer block from its own diagonal tile) without a
+# mask (8k causal: the control, no change expected), FlashAttention-3's backward in the same runs.
 source scripts/device_prelude.sh
 (cd _wheels/fa3bwd_run && xz -dc libfa3bwd.so.xz > libfa3bwd.so) || exit 1
 export FA3_BWD_DIR=$PWD/_wheels/fa3bwd_run
 echo "build: $(cat _wheels/commit.txt)"
+(cd scripts && AB_REPS=9 AB_FA3_VARIANTS=0,32,36 AB_FA3_BWD=$FA3_BWD_DIR timeout 200 python3 bwd_ab.py 0,0s2,0s4,0s8 256,4096,gqa 256,16384,gqa 256,4096,causal,gqa 256,16384,causal,gqa > $OUT/ab_gqa.txt 2>&1); echo "$(el) ab gqa rc=$?"; cat $OUT/ab_gqa.txt
 (cd scripts && AB_REPS=9 AB_FA3_VARIANTS=0,23 AB_FA3_BWD=$FA3_BWD_DIR timeout 80 python3 bwd_ab.py 0 128,2048,causal 128,4096,causal 128,8192,causal > $OUT/ab_v23.txt 2>&1); echo "$(el) ab v23 rc=$?"; cat $OUT/ab_v23.txt
 (cd scripts && AB_REPS=9 AB_FA3_VARIANTS=0,33 AB_FA3_BWD=$FA3_BWD_DIR timeout 150 python3 bwd_ab.py 0 64,4096 64,16384 128,4096 128,8192 128,16384 256,4096 256,16384 128,8192,causal 128,16384,gqa > $OUT/ab_v33.txt 2>&1); echo "$(el) ab v33 rc=$?"; cat $OUT/ab_v33.txt
-(cd scripts && KERNELS=1 AB_REPS=5 AB_FA3_BWD=$FA3_BWD_DIR timeout 120 python3 bwd_ab.py 0 64,4096 64,4096,gqa 64,8192,causal 64,8192,causal,gqa > $OUT/kernels_d64.txt 2>&1); echo "$(el) kernels d64 rc=$?"; cat $OUT/kernels_d64.txt
-(cd scripts && AB_REPS=9 AB_FA3_VARIANTS=0,0s2,0s4,20 AB_FA3_BWD=$FA3_BWD_DIR timeout 100 python3 bwd_ab.py 0 64,8192,causal,gqa 64,16384,causal,gqa > $OUT/ab_d64_gqa.txt 2>&1); echo "$(el) ab d64 gqa rc=$?"; cat $OUT/ab_d64_gqa.txt

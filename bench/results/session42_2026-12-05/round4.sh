@@ -1,17 +1,12 @@
 #!/usr/bin/env bash
-# Session 42 round 4: Nsight Compute on fa3 mode's d = 64 KV-outer pass and FlashAttention-3's
-# backward at N = 8k under a causal mask (the widest d = 64 gap: 15% in session 39's A/B, 0.89 of
-# FlashAttention-3's ratio in speed.json), one steady-state launch each. Session 40's round had
-# the FlashAttention-3 files dropped by the device's file limit: only the stall regions, the
-# details' key lines and FlashAttention-3's per-instruction samples are kept here.
+# Session 42, part 4: d = 64's passes kernel by kernel, dense against GQA (the same tiles; GQA's
+# KV-outer blocks walk 8 heads each: 8x fewer blocks), to size the per-block cost (session 42's
+# question: fa3 mode trails FlashAttention-3 by ~9% dense but ~1.5% GQA at d = 64 in session
+# 39's A/B); and d = 64 causal GQA at 8k / 16k (speed.json: 0.88 of FlashAttention-3's ratio at
+# 16k) in 2 / 4 shares and tile-major.
 source scripts/device_prelude.sh
 (cd _wheels/fa3bwd_run && xz -dc libfa3bwd.so.xz > libfa3bwd.so) || exit 1
 export FA3_BWD_DIR=$PWD/_wheels/fa3bwd_run
-export PYTHONPATH=$PYTHONPATH:$PWD/scripts
 echo "build: $(cat _wheels/commit.txt)"
-CAUSAL=causal MODES="upstream_bwd fa3" KERNS=bwd_kv_sm90 D=64 bash scripts/ncu_round.sh 8192 2>&1 | tail -30
-cd $OUT && for f in *.txt; do case $f in *regions.txt) ;; *) grep -E "Duration|Throughput|Ipc|Issue Slots|Eligible|Warp Cycles|Stall|stall|Conflicts|Registers|Active Warps|Theoretical Occ|Achieved Occ|Executed Instructions  " $f > ${f%.txt}.key ;; esac; done
-for f in *.regions.txt; do echo "== $f"; cat $f; done > regions_all.txt
-for f in *.key; do echo "== $f"; cat $f; done > details_all.txt
-mkdir -p keep && mv regions_all.txt details_all.txt keep/ && (mv ncu_upstream_bwd_*.sass.csv keep/ 2>/dev/null; true) && rm -f ./*.* && mv keep/* . && rmdir keep
-xz -9 ncu_upstream_bwd_*.sass.csv 2>/dev/null; ls -la; cat regions_all.txt; head -c 4000 details_all.txt
+(cd scripts && KERNELS=1 AB_REPS=5 AB_FA3_BWD=$FA3_BWD_DIR timeout 120 python3 bwd_ab.py 0 64,4096 64,4096,gqa 64,8192,causal 64,8192,causal,gqa > $OUT/kernels_d64.txt 2>&1); echo "$(el) kernels d64 rc=$?"; cat $OUT/kernels_d64.txt
+(cd scripts && AB_REPS=9 AB_FA3_VARIANTS=0,0s2,0s4,20 AB_FA3_BWD=$FA3_BWD_DIR timeout 100 python3 bwd_ab.py 0 64,8192,causal,gqa 64,16384,causal,gqa > $OUT/ab_d64_gqa.txt 2>&1); echo "$(el) ab d64 gqa rc=$?"; cat $OUT/ab_d64_gqa.txt

@@ -1306,7 +1306,7 @@ def check_hopper_backward(q, k, v, do, numerics, causal, window, monkeypatch):
                          ids=["gqa", "square", "mqa"])
 @pytest.mark.parametrize("variant", ["0", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12",
                                      "13", "14", "15", "18", "20", "21", "22", "23", "24",
-                                     "25", "26", "27", "31", "33"],
+                                     "25", "26", "27", "31", "33", "37"],
                          ids=["default", "three-parts", "dq-in-kv", "kv-3wg", "two-parts",
                               "qouter-64keys", "qouter-128keys", "kv-64rows", "kv-96rows",
                               "passes-in-turn", "counted-in-turn", "dq-per-wg-64", "dq-per-wg-128",
@@ -1314,11 +1314,11 @@ def check_hopper_backward(q, k, v, do, numerics, causal, window, monkeypatch):
                               "tiles-outer-all", "per-query-head", "row-range-mask-128",
                               "stage-freed-at-end", "do-ring",
                               "ds-by-address-64", "freed-at-end-ds-by-address",
-                              "before-session-39", "rotated-tiles"])
+                              "before-session-39", "rotated-tiles", "rows-by-all-warps"])
 @pytest.mark.parametrize("d", [64, 128])
 def test_hopper_kv_backward(numerics, dtype, causal, window, shape, variant, d, monkeypatch):
     """The Hopper backward (csrc/backward/bwd_kv_sm90.cuh, bwd_lambda_sm90.cuh, d=64/128;
-    GPROJ_BWD_VARIANT 0, 3-15, 18, 20-27, 31 and 33) against the float64 reference (within 1.5x the
+    GPROJ_BWD_VARIANT 0, 3-15, 18, 20-27, 31, 33 and 37) against the float64 reference (within 1.5x the
     emulator's error) and the mma.sync passes. Query head 0 and kv head 0 carry an offset of 6: the centering
     removes a coordinate's shift c only where every value lies in [c/2, 2c] = [3, 12], which
     N(0,1) + 6 over a few hundred rows rarely does, so most coordinates keep it; a form that
@@ -1331,7 +1331,7 @@ def test_hopper_kv_backward(numerics, dtype, causal, window, shape, variant, d, 
         pytest.skip("variant 22 splits only fa3 mode's GQA groups")
     if variant == "23" and (numerics != "fa3" or d != 128):
         pytest.skip("variant 23 is fa3 mode's d = 128 pass")
-    if variant in ("24", "25", "27", "31", "33") and numerics != "fa3":
+    if variant in ("24", "25", "27", "31", "33", "37") and numerics != "fa3":
         pytest.skip(f"variant {variant} is fa3 mode's KV-outer pass")
     if variant == "26" and (numerics != "fa3" or d != 64):
         pytest.skip("variant 26 is fa3 mode's d = 64 pass")
@@ -1422,6 +1422,19 @@ def test_fa3_backward_rotated_tiles(d, causal, monkeypatch):
     ref = reference.attention_grads(q.double(), k.double(), v.double(), do.double())
     for i, j in ((0, 2), (1, 3), (2, 4)):
         assert row_rel_err(got["33"][i], ref[j]) < 2e-2, i
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_fa3_backward_rows_by_all_warps_change_no_bit(d, causal, monkeypatch):
+    """GPROJ_BWD_VARIANT=37 (session 42): every consumer warp of fa3 mode's KV-outer pass copies
+    a share of each tile's row state (delta, lse2) instead of the first warp of each
+    warpgroup. The same values reach the same shared slots before the same barrier: dK and dV
+    bitwise the default's, dQ close (its reduce-adds' order varies run to run), all against
+    float64. GQA, many tiles per block, a partial last tile (its rows past the end zero-filled)."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("needs a Hopper GPU")
+    check_fa3_form_bitwise("37", 2, 1300, 4, 2, d, causal, 4237 + d + int(causal), monkeypatch)
 
 
 @pytest.mark.parametrize("d,gqa", [(128, False), (64, False), (128, True)],

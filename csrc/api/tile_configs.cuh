@@ -94,6 +94,9 @@ void hopper_backward(const AttnParams& p_in) {
       } else if (variant == 33) {     // variant 33: the default from each block's diagonal tile
                                       // on (A/B, session 41: kFa3Ab bit 64)
         sm90::run_bwd_kv<T, D, false, 3, true, 2, 128, false, true, 104>(p, p.total_q, p.total_k);
+      } else if (variant == 37) {     // variant 37: the default with every consumer warp copying
+                                      // a share of the row state (A/B, session 42: bit 128)
+        sm90::run_bwd_kv<T, D, false, 3, true, 2, 128, false, true, 168>(p, p.total_q, p.total_k);
       } else {  // dQ's GEMM split by query rows (kDqSplitM; -3 to -5%, bench/NOTES.md session 26),
                 // since session 39 the Q / dO stage freed at the tile's end and the dS~ stores by
                 // address (variant 27's form; -3 to -5% against variant 31, session 39)
@@ -117,6 +120,9 @@ void hopper_backward(const AttnParams& p_in) {
     } else if (variant == 33) {  // d = 128, variant 33: the default from each block's diagonal
                                  // tile on (A/B, session 41: kFa3Ab bit 64)
       sm90::run_bwd_kv<T, D, false, 3, true, 2, 64, false, false, 64>(p, p.total_q, p.total_k);
+    } else if (variant == 37) {  // d = 128, variant 37: the default with every consumer warp
+                                 // copying a share of the row state (A/B, session 42: bit 128)
+      sm90::run_bwd_kv<T, D, false, 3, true, 2, 64, false, false, 128>(p, p.total_q, p.total_k);
     } else {
       sm90::run_bwd_kv<T, D, false>(p, p.total_q, p.total_k);
     }

@@ -191,9 +191,12 @@ inline int fwd_ab() {
 //      select per score) instead of visible() per score (kAb bit 16); 36: 34 with the block's
 //      parts of each tile's dq_accum and rowstate addresses formed once (kAb bit 32); 35: 32
 //      and 36 together. None changes a value: dK and dV bitwise the default's.
+//  37: (fa3 mode, d = 64 / 128, session 42, not yet measured) every consumer warp of the KV-outer
+//      pass copies a share of a tile's row state (delta, lse2), instead of the first warp of each
+//      warpgroup (BwdKvTraits::kRowsAllWarps, kFa3Ab bit 128).
 // (13 and 14 measured 7-17% slower than the default, session 26: kept for the record and A/B.)
 inline int bwd_variant() {
-  return env_int_in("GPROJ_BWD_VARIANT", 3, 36);
+  return env_int_in("GPROJ_BWD_VARIANT", 3, 37);
 }
 
 // fa3 mode's KV-outer item order for a launch (AttnParams::kv_tiles_outer): tile-major under a

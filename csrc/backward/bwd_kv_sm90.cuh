@@ -131,12 +131,21 @@ struct BwdKvTraits {
   // 26, the 128-row pass only) stores its dS~ by one 32-bit address, as the 64-row pass does.
   // The 128-row pass's default since session 39 is bits 8 + 32 (variant 27's form; 31 the one
   // before). Bit 64 (variant 33, session 41, both tile heights; kRotated): each head's query
-  // tiles from the block's own diagonal tile on (KeyBlockWork::rot).
+  // tiles from the block's own diagonal tile on (KeyBlockWork::rot). Bit 128 (variant 37,
+  // session 42, both; kRowsAllWarps): every consumer warp copies a share of a tile's row state.
   static_assert(kFa3Ab_ == 0 || (!kGProj_ && kDqHere_ &&
-                                 (kBlockM_ == 64 ? (kFa3Ab_ & 32) == 0 : (kFa3Ab_ & ~120) == 0)),
-                "the A/B bits are for fa3 mode's 64-row pass (bits 8, 16, 64: also the 128-row "
-                "one; bit 32: the 128-row one only)");
+                                 (kBlockM_ == 64 ? (kFa3Ab_ & 32) == 0 : (kFa3Ab_ & ~248) == 0)),
+                "the A/B bits are for fa3 mode's 64-row pass (bits 8, 16, 64, 128: also the "
+                "128-row one; bit 32: the 128-row one only)");
   static constexpr bool kRotated = (kFa3Ab_ & 64) != 0;
+  // Who copies a tile's row state (delta, lse2) into shared memory, a tile ahead. By default the
+  // first warp of each consumer warpgroup, 32 (d = 128) or 64 (d = 64) rows, two cp.async each:
+  // 37 / 66 SASS instructions a tile on that warp alone (sessions 37, 38), and the warpgroups
+  // meet at consumers_sync every tile, where the other seven warps wait for the last one (ncu,
+  // d = 64 N = 8k: ~4% of the pass's samples stalled there, on barrier, session 40's files). With
+  // kRowsAllWarps each of the 256 consumer threads copies one value (d = 64: one of the 128 rows'
+  // two; d = 128: every second thread), so each warp issues the same ~15 more instead.
+  static constexpr bool kRowsAllWarps = (kFa3Ab_ & 128) != 0;
   static_assert(!(kFa3Ab_ & 16) || (kFa3Ab_ & 8), "dO's own ring only with Q freed at the end");
   static constexpr int kFa3Ab = kFa3Ab_;
   // When a tile's Q / dO stage goes back to the producer. Without bit 8 (the 64-row pass's
@@ -667,7 +676,32 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   constexpr int kRowsPerLane = Traits::kRowCopies == 1 ? kBlockM / 64 : kBlockM / 32;
   const int row_copy = Traits::kRowCopies == 1 ? 0 : w;
   const bool row_lane = (tid & 127) < 32;
+  // kRowsAllWarps: this thread's row (slot) and value (field: 0 delta, 1 lse2) of every tile,
+  // its rowstate address at the sequence's first row of batch b and the head stride formed once
+  // (the empty asm keeps ptxas from re-deriving them from the parameters per tile), and its
+  // shared slot in buffer 0.
+  constexpr int kRowCopiesAll = 2 * kBlockM;  // delta and lse2 of each row
+  constexpr int kRowStep = Traits::kNumMmaThreads / kRowCopiesAll;  // 1 (128 rows) or 2 (64)
+  const int row_slot = (tid / kRowStep) % kBlockM, row_field = (tid / kRowStep) / kBlockM;
+  const float* rs_mine = reinterpret_cast<const float*>(p.rowstate) +
+                         4 * (int64_t(b) * p.rs_batch_stride + seq.q_start) + row_field;
+  int64_t rs_head_stride4 = 4 * p.rs_head_stride;
+  if constexpr (Traits::kRowsAllWarps) asm volatile("" : "+l"(rs_mine), "+l"(rs_head_stride4));
   auto fetch_rows = [&](int it, int h, int mb) {  // (h, mb: item it's head and query tile)
+    if constexpr (Traits::kRowsAllWarps) {
+      static_assert(Traits::kLse2InRowstate && Traits::kRowCopies == 1 && kRowStep >= 1 &&
+                        Traits::kNumMmaThreads % kRowCopiesAll == 0,
+                    "kRowsAllWarps: fa3 mode's one shared copy of {delta, lse2}");
+      if (it < n_items && tid % kRowStep == 0) {
+        const int i = mb * kBlockM + row_slot;
+        const bool ok = i < seq.nq;
+        float* dst = row_field == 0 ? &ss.row_delta[0][it & 1][row_slot]
+                                    : &ss.row_lse2[0][it & 1][row_slot];
+        cp_async_zfill(dst, rs_mine + (ok ? h * rs_head_stride4 + 4 * i : int64_t(0)), ok);
+      }
+      cute::cp_async_fence();
+      return;
+    }
     if (row_lane && it < n_items) {
       CUTLASS_PRAGMA_UNROLL
       for (int k = 0; k < kRowsPerLane; ++k) {
@@ -706,7 +740,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     // of the kv head's query heads). The producer's K / V / Q / dO loads read nothing of it and
     // go ahead.
     if constexpr (kWaitsForRows) {
-      if (p.pair_counters && row_lane)
+      if (p.pair_counters && (row_lane || Traits::kRowsAllWarps))
         counter_wait_acquire(reinterpret_cast<const int*>(p.pair_counters) + b * p.heads_k + hk,
                              seq.nq * (p.heads / p.heads_k));
     }

@@ -68,6 +68,10 @@ KNOWN_SPILLING_VARIANTS = (
     # side spill)
     "BwdKvTraits<{t}, 64, false, 3, true, 2, 128, false, true, 104>",
     "BwdKvTraits<{t}, 128, false, 3, true, 2, 64, false, false, 64>",
+    # (variant 37, session 42: every consumer warp copies a share of the row state; d = 128 keeps
+    # 8 bytes of the default's producer-warpgroup spill, one store and one load in each of two
+    # places after its setmaxnreg.dealloc; d = 64's kernel spills nothing)
+    "BwdKvTraits<{t}, 128, false, 3, true, 2, 64, false, false, 128>",
 )
 # Default kernels that spill, by choice: the KV-outer pass at d = 64 with 128-row query tiles
 # (FlashAttention-3's 128 x 128 tile there) keeps S^T, dP^T, dK and dV (192 registers) live through

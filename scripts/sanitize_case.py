@@ -35,12 +35,23 @@ if os.environ.get("SANITIZE_ONLY_VARLEN") == "1":
 # 128, causal and a window that leaves the first key block to no query (its blocks have no items
 # but still add to the split group's sums); and session 39's forms (24-28: release points,
 # d = 64's dS~ addresses, d = 256's P under dP and stores by address)
+# SANITIZE_VARIANTS=34,36,0s2,g0s4 keeps only those forms ("VsS": variant V with S shares; "g":
+# gproj's d = 256 split group below), so that a round can check its new forms alone.
+PICK = [t for t in os.environ.get("SANITIZE_VARIANTS", "").split(",") if t]
+
+
+def picked(token):
+    return not PICK or token in PICK
+
+
 if os.environ.get("SANITIZE_ONLY_GQA_ORDERS") == "1":
     for variant, splits in (("20", ""), ("21", ""), ("22", ""), ("0", "2"), ("20", "2"),
                             ("23", ""), ("24", ""), ("25", ""), ("26", ""), ("27", ""),
                             ("28", ""), ("30", ""), ("0", "4"), ("32", ""), ("33", ""),
                             ("33", "2"), ("34", ""), ("36", ""),
                             ("37", "")):
+        if not picked(variant + ("s" + splits if splits else "")):
+            continue
         os.environ["GPROJ_BWD_VARIANT"] = variant
         os.environ["GPROJ_BWD_KV_SPLITS"] = splits
         for d in (64, 128, 256):
@@ -61,6 +72,8 @@ if os.environ.get("SANITIZE_ONLY_GQA_ORDERS") == "1":
     # gproj's d = 256 split group (session 41): two shares and one block per query head, A in
     # one part (dK projected) and in two (variant 6)
     for variant, splits in (("0", "2"), ("0", "4"), ("6", "4")):
+        if not picked(f"g{variant}s{splits}"):
+            continue
         os.environ["GPROJ_BWD_VARIANT"] = variant
         os.environ["GPROJ_BWD_KV_SPLITS"] = splits
         for nq, window in ((300, (-1, 0)), (77, (30, 0)), (300, (-1, -1))):

@@ -324,8 +324,7 @@ def _kv_head_splits(numerics: str, q: Tensor, k: Tensor, varlen: bool,
                     causal_like: bool = False) -> int:
     """Over how many blocks per key tile the Hopper backward splits a kv head's query heads
     (AttnParams::kv_head_splits; 1: one block walks the whole group). Dense inputs; fa3 mode,
-    and gproj at d = 256 (its head-dim-split pass) where GPROJ_BWD_KV_SPLITS asks for it (not
-    yet measured: one block per group by default).
+    and gproj at d = 256 (its head-dim-split pass).
     Defaults, measured interleaved against one block per group (bench/NOTES.md):
     - d = 128 under a causal-like mask, even group: two shares (session 39, 16 heads on 2 kv
       heads: -12% at N = 2k, -7% at 4k, -3% at 16k; one block per query head -9 / -4 / -1%;
@@ -333,6 +332,9 @@ def _kv_head_splits(numerics: str, q: Tensor, k: Tensor, varlen: bool,
     - d = 256: one block per query head (session 40, 8 heads on 1 kv head, N = 2k / 4k / 16k:
       -21 / -20 / -27% without a mask, -15 / -15 / -21% causal; two and four shares gained less).
       The transposed pass's 80-key blocks of a whole group were 1.6 waves at 4k.
+    - gproj at d = 256 under a causal-like mask, group of 4 or more, even: shares of two query
+      heads (session 42, H100, 8 heads on 1 kv head: 4 shares -22% at N = 4k, -14% at 16k; 2 and
+      8 within 2.5% of it; without a mask +0.9 to +2.5% at 4k, -0.2 to -0.7% at 16k: none).
     GPROJ_BWD_KV_SPLITS=S asks for S shares (S divides the group; 1: one block per group),
     GPROJ_BWD_VARIANT=22 for one block per query head, as FlashAttention-3's GQA backward."""
     group = q.shape[-2] // k.shape[-2]
@@ -349,7 +351,7 @@ def _kv_head_splits(numerics: str, q: Tensor, k: Tensor, varlen: bool,
                              f"head ({group})")
         return splits
     if gproj_split_pass:
-        return 1
+        return group // 2 if causal_like and group >= 4 and group % 2 == 0 else 1
     if os.environ.get("GPROJ_BWD_VARIANT") == "22":
         return group
     if q.shape[-1] == 256:

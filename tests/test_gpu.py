@@ -1306,7 +1306,7 @@ def check_hopper_backward(q, k, v, do, numerics, causal, window, monkeypatch):
                          ids=["gqa", "square", "mqa"])
 @pytest.mark.parametrize("variant", ["0", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12",
                                      "13", "14", "15", "18", "20", "21", "22", "23", "24",
-                                     "25", "26", "27", "31", "33", "37"],
+                                     "25", "26", "27", "31", "33", "37", "38"],
                          ids=["default", "three-parts", "dq-in-kv", "kv-3wg", "two-parts",
                               "qouter-64keys", "qouter-128keys", "kv-64rows", "kv-96rows",
                               "passes-in-turn", "counted-in-turn", "dq-per-wg-64", "dq-per-wg-128",
@@ -1314,11 +1314,12 @@ def check_hopper_backward(q, k, v, do, numerics, causal, window, monkeypatch):
                               "tiles-outer-all", "per-query-head", "row-range-mask-128",
                               "stage-freed-at-end", "do-ring",
                               "ds-by-address-64", "freed-at-end-ds-by-address",
-                              "before-session-39", "rotated-tiles", "rows-by-all-warps"])
+                              "before-session-39", "rotated-tiles", "rows-by-all-warps",
+                              "before-session-42"])
 @pytest.mark.parametrize("d", [64, 128])
 def test_hopper_kv_backward(numerics, dtype, causal, window, shape, variant, d, monkeypatch):
     """The Hopper backward (csrc/backward/bwd_kv_sm90.cuh, bwd_lambda_sm90.cuh, d=64/128;
-    GPROJ_BWD_VARIANT 0, 3-15, 18, 20-27, 31, 33 and 37) against the float64 reference (within 1.5x the
+    GPROJ_BWD_VARIANT 0, 3-15, 18, 20-27, 31, 33, 37 and 38) against the float64 reference (within 1.5x the
     emulator's error) and the mma.sync passes. Query head 0 and kv head 0 carry an offset of 6: the centering
     removes a coordinate's shift c only where every value lies in [c/2, 2c] = [3, 12], which
     N(0,1) + 6 over a few hundred rows rarely does, so most coordinates keep it; a form that
@@ -1331,7 +1332,7 @@ def test_hopper_kv_backward(numerics, dtype, causal, window, shape, variant, d, 
         pytest.skip("variant 22 splits only fa3 mode's GQA groups")
     if variant == "23" and (numerics != "fa3" or d != 128):
         pytest.skip("variant 23 is fa3 mode's d = 128 pass")
-    if variant in ("24", "25", "27", "31", "33", "37") and numerics != "fa3":
+    if variant in ("24", "25", "27", "31", "33", "37", "38") and numerics != "fa3":
         pytest.skip(f"variant {variant} is fa3 mode's KV-outer pass")
     if variant == "26" and (numerics != "fa3" or d != 64):
         pytest.skip("variant 26 is fa3 mode's d = 64 pass")
@@ -1581,11 +1582,11 @@ def test_gproj_backward_hd256_split_group(splits, variant, nq, window, monkeypat
 @pytest.mark.parametrize("shape", [(2, 257, 300, 4, 2), (1, 1000, 1000, 2, 2), (3, 64, 17, 8, 1)],
                          ids=["gqa", "square", "mqa"])
 @pytest.mark.parametrize("variant", ["0", "16", "17", "28", "29", "31", "32", "33", "34", "35",
-                                     "36"],
+                                     "36", "38"],
                          ids=["default", "v16", "v17", "p-under-dp", "stores-by-address",
                               "before-session-39", "atom-order", "rotated-tiles",
                               "row-range-mask", "atom-order-row-range-hoisted",
-                              "row-range-hoisted"])
+                              "row-range-hoisted", "before-session-42"])
 def test_hopper_backward_hd256(numerics, dtype, causal, window, shape, variant, monkeypatch):
     """The Hopper backward at d=256 against the float64 reference (within 1.5x the emulator's
     error) and the mma.sync passes; gproj also keeps Σ_j dK_j at zero. Both fa3-mode KV-outer
@@ -1616,7 +1617,7 @@ def test_hopper_backward_hd256(numerics, dtype, causal, window, shape, variant, 
     check_hopper_backward(q, k, v, do, numerics, causal, window, monkeypatch)
 
 
-@pytest.mark.parametrize("variant", ["28", "29", "31", "32", "34", "35", "36"])
+@pytest.mark.parametrize("variant", ["28", "29", "31", "32", "34", "35", "36", "38"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_fa3_backward_hd256_forms_change_no_dk_dv_bit(causal, variant, monkeypatch):
     """GPROJ_BWD_VARIANT=28 (session 39) computes P in fa3 mode's d = 256 pass while dP is on the

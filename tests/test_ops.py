@@ -204,6 +204,12 @@ def test_kv_head_splits_policy(monkeypatch):
     assert ops._kv_head_splits("fa3", *shapes(8, 8, 256), False) == 1  # no GQA
     assert ops._kv_head_splits("fa3", *shapes(16, 2, 256), True) == 1  # varlen
     assert ops._kv_head_splits("gproj", *shapes(16, 2, 256), False) == 1
+    # gproj at d = 256 under a causal-like mask (session 42): shares of two query heads
+    assert ops._kv_head_splits("gproj", *shapes(16, 2, 256), False, causal_like=True) == 4
+    assert ops._kv_head_splits("gproj", *shapes(4, 2, 256), False, causal_like=True) == 1
+    assert ops._kv_head_splits("gproj", *shapes(12, 2, 256), False, causal_like=True) == 3
+    assert ops._kv_head_splits("gproj", *shapes(10, 2, 256), False, causal_like=True) == 1  # odd
+    assert ops._kv_head_splits("gproj", *shapes(16, 2, 256), True, causal_like=True) == 1
     monkeypatch.setenv("GPROJ_BWD_KV_SPLITS", "1")
     assert ops._kv_head_splits("fa3", *shapes(16, 2, 256), False) == 1
     assert ops._kv_head_splits("fa3", *shapes(16, 2, 128), False, causal_like=True) == 1

@@ -49,9 +49,9 @@ KNOWN_SPILLING_VARIANTS = (
     # (fa3 mode's d = 128 pass in its form before session 37, variant 18: the default's
     # producer-side spill)
     "BwdKvTraits<{t}, 128, false, 3, true, 2, 64, false, false, 3>",
-    # (variant 23, the row-range mask at d = 128: 4 bytes in its producer warpgroup, as the
-    # default had until session 38)
-    "BwdKvTraits<{t}, 128, false, 3, true, 2, 64, false, false, 4>",
+    # (variant 38: fa3 mode's d = 128 pass as it was the default from session 37 to 41, the
+    # diagonal tiles masked per element; its producer warpgroup's spill)
+    "BwdKvTraits<{t}, 128, false, 3, true, 2, 64, false, false, 0>",
     # (variants 24 and 25, session 39: the stages freed at the tile's end, dO in its own ring;
     # the defaults' spills, d = 64 in its consumers, d = 128 4 bytes in its producer warpgroup.
     # Variants 26 and 27, the d = 64 pass's dS~ stores by address, alone and with 24, spill
@@ -105,7 +105,9 @@ KNOWN_SPILLING_VARIANTS = (
 KNOWN_SPILLING_DEFAULTS = (
     "FwdTraits<{t}, 256, 80, 2, false, true,",
     "BwdKvDkvtTraits<{t}, 256>",
-    "BwdKvTraits<{t}, 128, false, 3, true, 2, 64, false, false, 0>",
+    # (since session 42 the d = 128 pass masks its diagonal tiles by key-row ranges, variant 23's
+    # form: 4 bytes in its producer warpgroup)
+    "BwdKvTraits<{t}, 128, false, 3, true, 2, 64, false, false, 4>",
     "LambdaTraits<{t}, 128, 64, 3, true>",
 )
 

@@ -120,11 +120,16 @@ void hopper_backward(const AttnParams& p_in) {
     } else if (variant == 33) {  // d = 128, variant 33: the default from each block's diagonal
                                  // tile on (A/B, session 41: kFa3Ab bit 64)
       sm90::run_bwd_kv<T, D, false, 3, true, 2, 64, false, false, 64>(p, p.total_q, p.total_k);
-    } else if (variant == 37) {  // d = 128, variant 37: the default with every consumer warp
-                                 // copying a share of the row state (A/B, session 42: bit 128)
+    } else if (variant == 37) {  // d = 128, variant 37: session 37's form with every consumer
+                                 // warp copying a share of the row state (A/B, session 42: bit 128)
       sm90::run_bwd_kv<T, D, false, 3, true, 2, 64, false, false, 128>(p, p.total_q, p.total_k);
-    } else {
+    } else if (variant == 38) {  // d = 128, variant 38: the default from session 37 to 41, the
+                                 // diagonal tiles masked per element (A/B)
       sm90::run_bwd_kv<T, D, false>(p, p.total_q, p.total_k);
+    } else {  // d = 128: since session 42 the diagonal tiles masked by key-row ranges (variant
+              // 23's form: -0.7 to -2.7% under a causal mask at 2k-8k, within 0.4% without one;
+              // H100, bench/results/session42_2026-12-05)
+      sm90::run_bwd_kv<T, D, false, 3, true, 2, 64, false, false, 4>(p, p.total_q, p.total_k);
     }
     launch_dq_finish<T, D>(p);
     return;

@@ -156,7 +156,8 @@ inline int fwd_ab() {
 //      head-dim-split pass, 64-key tiles; session 41, not yet measured): GPROJ_BWD_KV_SPLITS=S
 //      alone, with any of its variants; one block per group by default.
 //  23: (fa3 mode, d = 128, session 38) the KV-outer pass's diagonal tiles masked by key-row
-//      ranges (Mask::row_queries, the d = 64 pass's form) instead of the per-element test.
+//      ranges (Mask::row_queries, the d = 64 pass's form) instead of the per-element test; the
+//      default since session 42.
 //  24: (fa3 mode, d = 64 / 128, session 39) the KV-outer pass frees a tile's Q / dO stage at the
 //      tile's end, once its dK GEMM is done, instead of after the next tile's S
 //      (BwdKvTraits::kStageFreedAtEnd).
@@ -175,28 +176,34 @@ inline int fwd_ab() {
 //  31: (fa3 mode, d = 64 and 256, session 39) the KV-outer passes as they were before session 39's
 //      defaults: d = 64's stage freed after the next tile's S and dS~ stored through CuTe's copy
 //      (variant 27's form is the default), d = 256's P after dP and stores through the layout.
-//  32: (fa3 mode, d = 256, session 40, not yet measured) the 80-key pass's dK^T / dV^T GEMMs
-//      issued per m64 atom, with the dQ slices and their reduce-adds between them, in
+//  32: (fa3 mode, d = 256, session 40; 0 +- 0.7% in session 42's A/B) the 80-key pass's dK^T /
+//      dV^T GEMMs issued per m64 atom, with the dQ slices and their reduce-adds between them, in
 //      FlashAttention-3's order (its SASS): the reduce-adds' registers drain while dK / dV
 //      atoms run (bwd_kv_dkvt_sm90_kernel's kAb bit 4).
-//  33: (fa3 mode, every head dim, session 41, not yet measured) each KV-outer block takes its
-//      heads' query tiles from its own diagonal tile on, cyclically (KeyBlockWork::rot), instead
-//      of from the first: without a mask a head's blocks then no longer reduce-add into the same
-//      dq_accum tile (and read the same Q / dO tile) in step; under a causal mask the diagonal
-//      is already each block's first tile (no change there). Compiled in only there (kFa3Ab bit
-//      64, the d = 256 pass's kAb bit 8): the runtime rotation cost the d = 64 pass 16 bytes of
-//      spill.
-//  34: (fa3 mode, d = 256, session 42, not yet measured) the 80-key pass masks the tiles the mask
-//      cuts by key ranges per query row (Mask::row_columns, mask_row_ranges: one compare and one
-//      select per score) instead of visible() per score (kAb bit 16); 36: 34 with the block's
-//      parts of each tile's dq_accum and rowstate addresses formed once (kAb bit 32); 35: 32
-//      and 36 together. None changes a value: dK and dV bitwise the default's.
-//  37: (fa3 mode, d = 64 / 128, session 42, not yet measured) every consumer warp of the KV-outer
-//      pass copies a share of a tile's row state (delta, lse2), instead of the first warp of each
-//      warpgroup (BwdKvTraits::kRowsAllWarps, kFa3Ab bit 128).
+//  33: (fa3 mode, every head dim, session 41; measured in session 42, not kept) each KV-outer
+//      block takes its heads' query tiles from its own diagonal tile on, cyclically
+//      (KeyBlockWork::rot), instead of from the first: without a mask a head's blocks then no
+//      longer reduce-add into the same dq_accum tile (and read the same Q / dO tile) in step;
+//      under a causal mask the diagonal is already each block's first tile (no change there).
+//      Compiled in only there (kFa3Ab bit 64, the d = 256 pass's kAb bit 8): the runtime
+//      rotation cost the d = 64 pass 16 bytes of spill.
+//  34: (fa3 mode, d = 256, session 42) the 80-key pass masks the tiles the mask cuts by key
+//      ranges per query row (Mask::row_columns, mask_row_ranges: one compare and one select per
+//      score) instead of visible() per score (kAb bit 16); 36: 34 with the block's parts of each
+//      tile's dq_accum and rowstate addresses formed once (kAb bit 32), the default since
+//      session 42; 35: 32 and 36 together. None changes a value: dK and dV bitwise.
+//  37: (fa3 mode, d = 64 / 128, session 42) every consumer warp of the KV-outer pass copies a
+//      share of a tile's row state (delta, lse2), instead of the first warp of each warpgroup
+//      (BwdKvTraits::kRowsAllWarps, kFa3Ab bit 128). Measured 2-5% slower at d = 64, mixed at
+//      d = 128 (H100): kept for the record.
+//  38: (fa3 mode, d = 128 / 256, session 42) the defaults before session 42: d = 128's diagonal
+//      tiles masked per element (variant 23's row ranges are the default since), d = 256's
+//      session-39 form (variant 36's is the default since).
+// (Session 42 measured on an H100: variants 23 at d = 128 and 36 at d = 256 the defaults since;
+// 32, 33 (d = 64 2-5% slower, d = 128 / 256 within 1%) and 37 not.)
 // (13 and 14 measured 7-17% slower than the default, session 26: kept for the record and A/B.)
 inline int bwd_variant() {
-  return env_int_in("GPROJ_BWD_VARIANT", 3, 37);
+  return env_int_in("GPROJ_BWD_VARIANT", 3, 38);
 }
 
 // fa3 mode's KV-outer item order for a launch (AttnParams::kv_tiles_outer): tile-major under a

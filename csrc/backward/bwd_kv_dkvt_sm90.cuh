@@ -664,8 +664,13 @@ void run_bwd_kv_dkvt(const AttnParams& p, int total_q, int total_k) {
   BwdKvDkvtParams<Traits> prm;
   set_kv_pass_tmas<Traits>(prm, p, total_q, total_k);
   // dV first without a mask (variant 17: dQ first there too, the order until session 29).
-  // kAb: since session 39 both forms (variant 30's: -3 to -4% against the form before, variant
-  // 31); variants 28 and 29 each alone (A/B).
+  // kAb: since session 39 bits 1 and 2 (variant 30's: -3 to -4% against the form before, variant
+  // 31); variants 28 and 29 each alone (A/B). Since session 42 also bits 16 and 32 (variant 36's
+  // form: the cut tiles masked by row ranges, the address parts formed once), measured
+  // interleaved against session 39's default (variant 38; H100, bench/results/
+  // session42_2026-12-05/ab_d256_forms_callA.txt): -2.6 / -2.7 / -3.9% at 2k / 8k / 16k, -2.6 /
+  // -1.7 / -2.0% at 2k / 4k / 8k causal, -1.8 to -2.1% on GQA shapes; FlashAttention-3's order
+  // (variant 32) alone 0 +- 0.7%, with 36's changes (35) within 1% of 36.
   const bool dv_first = !p.masked() && bwd_variant() != 17;
   const int v = bwd_variant();
   auto kernel = v == 28   ? (dv_first ? bwd_kv_dkvt_sm90_kernel<Traits, true, 1>
@@ -680,10 +685,10 @@ void run_bwd_kv_dkvt(const AttnParams& p, int total_q, int total_k) {
                 : v == 34 ? (dv_first ? bwd_kv_dkvt_sm90_kernel<Traits, true, 19>
                                       : bwd_kv_dkvt_sm90_kernel<Traits, false, 19>)
                 : v == 35 ? bwd_kv_dkvt_sm90_kernel<Traits, true, 55>
-                : v == 36 ? (dv_first ? bwd_kv_dkvt_sm90_kernel<Traits, true, 51>
-                                      : bwd_kv_dkvt_sm90_kernel<Traits, false, 51>)
-                          : (dv_first ? bwd_kv_dkvt_sm90_kernel<Traits, true, 3>
-                                      : bwd_kv_dkvt_sm90_kernel<Traits, false, 3>);
+                : v == 38 ? (dv_first ? bwd_kv_dkvt_sm90_kernel<Traits, true, 3>
+                                      : bwd_kv_dkvt_sm90_kernel<Traits, false, 3>)
+                          : (dv_first ? bwd_kv_dkvt_sm90_kernel<Traits, true, 51>
+                                      : bwd_kv_dkvt_sm90_kernel<Traits, false, 51>);
   const int tiles = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
   if (tiles == 0) return;
   // (kv_head_splits > 1: a grid head per (kv head, share of its group); run_backward has checked

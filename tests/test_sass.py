@@ -104,7 +104,8 @@ KNOWN_SPILLING_VARIANTS = (
 # the persistent 64-key kernel (variant 3).
 KNOWN_SPILLING_DEFAULTS = (
     "FwdTraits<{t}, 256, 80, 2, false, true,",
-    "BwdKvDkvtTraits<{t}, 256>",
+    # (fa3 mode's d = 256 80-key pass, listed here from session 28, spills nothing since session
+    # 41's item cursor, in any of its forms: no longer exempt)
     # (since session 42 the d = 128 pass masks its diagonal tiles by key-row ranges, variant 23's
     # form: 4 bytes in its producer warpgroup)
     "BwdKvTraits<{t}, 128, false, 3, true, 2, 64, false, false, 4>",

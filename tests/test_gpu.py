@@ -259,12 +259,20 @@ def test_hopper_backward_passes_under_predecessor_tail(case, d, numerics, monkey
     monkeypatch.setenv("GPROJ_BWD_VARIANT", "11")
     base = grads()
     monkeypatch.delenv("GPROJ_BWD_VARIANT")
+    # Summed in an order that varies run to run: dQ by reduce-adds (fa3 mode, gproj at d = 256);
+    # dK and dV where a kv head's group is split over more than two blocks per key tile (their
+    # fp32 partials added into dkv_accum in arrival order; two are one commutative addition):
+    # fa3 mode's d = 256 GQA, one block per query head (session 40's default).
+    varying = {"q"} if (numerics == "fa3" or d == 256) else set()
+    if case != "varlen" and ops._kv_head_splits(numerics, q, k, False,
+                                                causal_like=causal or window[1] >= 0) > 2:
+        varying |= {"k", "v"}
     for _ in range(2):
         got = grads()
         torch.cuda.synchronize()
         for name, x, y in zip("qkv", got, base):
             assert torch.isfinite(x).all(), name
-            if name == "q" and (numerics == "fa3" or d == 256):
+            if name in varying:
                 # one bf16 ulp where the fp32 sum's order flips a rounding, nothing larger
                 err = (x.float() - y.float()).abs()
                 bound = 2.0 ** -7 * y.float().abs() + 1e-4 * y.float().abs().max()

@@ -1327,8 +1327,8 @@ def check_hopper_backward(q, k, v, do, numerics, causal, window, monkeypatch):
 @pytest.mark.parametrize("d", [64, 128])
 def test_hopper_kv_backward(numerics, dtype, causal, window, shape, variant, d, monkeypatch):
     """The Hopper backward (csrc/backward/bwd_kv_sm90.cuh, bwd_lambda_sm90.cuh, d=64/128;
-    GPROJ_BWD_VARIANT 0, 3-15, 18, 20-27, 31, 33, 37 and 38) against the float64 reference (within 1.5x the
-    emulator's error) and the mma.sync passes. Query head 0 and kv head 0 carry an offset of 6: the centering
+    GPROJ_BWD_VARIANT 0, 3-15, 18, 20-27, 31, 33, 37 and 38) against the float64 reference
+    (within 1.5x the emulator's error) and the mma.sync passes. Query head 0 and kv head 0 carry an offset of 6: the centering
     removes a coordinate's shift c only where every value lies in [c/2, 2c] = [3, 12], which
     N(0,1) + 6 over a few hundred rows rarely does, so most coordinates keep it; a form that
     relies on the centering to hide a rounding residual leaks there (bench/NOTES.md session 17)."""

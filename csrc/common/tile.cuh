@@ -266,14 +266,16 @@ struct Mask {
     if (left >= 0) hi = min(nq, j1 - 1 - offset() + left + 1);
   }
   // Key tiles [lo, hi) of width bn that the queries [i0, i1) need (lo == hi: none).
-  __host__ __device__ __forceinline__ void key_blocks(int i0, int i1, int bn, int& lo, int& hi) const {
+  __host__ __device__ __forceinline__
+  void key_blocks(int i0, int i1, int bn, int& lo, int& hi) const {
     int k_lo, k_hi;
     key_range(i0, i1, k_lo, k_hi);
     lo = k_lo / bn;
     hi = k_hi > k_lo ? (k_hi + bn - 1) / bn : lo;
   }
   // Query tiles [lo, hi) of height bm that see any of the keys [j0, j1).
-  __host__ __device__ __forceinline__ void query_blocks(int j0, int j1, int bm, int& lo, int& hi) const {
+  __host__ __device__ __forceinline__
+  void query_blocks(int j0, int j1, int bm, int& lo, int& hi) const {
     int q_lo, q_hi;
     query_range(j0, j1, q_lo, q_hi);
     lo = q_lo / bm;
@@ -290,7 +292,8 @@ struct Mask {
   // instead of tile_partial's window bounds, which the compiler reloads from the parameters
   // every iteration (an LDC and its latency per key tile: ~4% of the forward's stall samples at
   // d = 128 N = 8k causal, ncu, bench/NOTES.md session 15).
-  __host__ __device__ __forceinline__ void full_blocks(int i0, int bm, int bn, int& lo, int& hi) const {
+  __host__ __device__ __forceinline__
+  void full_blocks(int i0, int bm, int bn, int& lo, int& hi) const {
     // top: (nb + 1) * bn <= min(nk, i0 + offset() + right + 1)
     const int top = right >= 0 ? min(nk, i0 + offset() + right + 1) : nk;
     hi = i0 + bm > nq || top < 0 ? INT_MIN : top / bn;
@@ -302,7 +305,8 @@ struct Mask {
   // keys [j0, j0 + bn), lo <= mb < hi, i.e. tile_partial(mb * bm, (mb + 1) * bm, j0, j0 + bn) ==
   // (mb < lo || mb >= hi) for every mb >= 0 (checked on the CPU against tile_partial for 300k
   // random masks and tile shapes, bench/NOTES.md session 15).
-  __host__ __device__ __forceinline__ void full_query_blocks(int j0, int bn, int bm, int& lo, int& hi) const {
+  __host__ __device__ __forceinline__
+  void full_query_blocks(int j0, int bn, int bm, int& lo, int& hi) const {
     const int j1 = j0 + bn;
     hi = nq / bm;  // whole query tiles: (mb + 1) * bm <= nq
     lo = 0;

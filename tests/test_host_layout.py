@@ -52,3 +52,11 @@ def test_masked_tile_row_ranges_match_visible(tmp_path):
     each pass's own accumulator partition, for random masks and tiles
     (tests/host/mask_ranges.cu)."""
     build_and_run(tmp_path, "mask_ranges")
+
+
+def test_forward_q_chunk_addresses_match_cute(tmp_path):
+    """The forward's walks over Q-buffer chunks by shared address (csrc/forward/fwd_sm90.cuh,
+    FwdTraits::q_chunk_addr for q . shift, o_row_addr for O's copy where TMA cannot store it)
+    against CuTe's SmemLayoutQ, every thread and forward variant (tests/host/q_chunk_addresses.cu
+    says what is checked)."""
+    build_and_run(tmp_path, "q_chunk_addresses")

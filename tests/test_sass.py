@@ -17,8 +17,10 @@ sys.path.insert(0, os.path.join(HERE, "..", "scripts"))
 import sass_check  # noqa: E402
 
 # Instantiations that exist only for A/B runs (GPROJ_FWD_VARIANT / GPROJ_BWD_VARIANT) and are
-# known to spill (bench/NOTES.md): forward 176-key tiles (variant 4), persistent d = 256
-# (variants 3 and 12) and P through shared memory at d = 64 (variants 6, 7); the gproj KV-outer pass
+# known to spill (bench/NOTES.md): the forward's persistent d = 256 kernel with pingpong (variant
+# 12: 16 bytes since session 43, 88 before) and P through shared memory at d = 64 on 192-key tiles
+# (variant 6: 24 bytes; 176-key tiles, variant 4, persistent d = 256 on 64-key tiles, variant 3,
+# and variant 7's d = 64 160-key tiles spill nothing since session 43); the gproj KV-outer pass
 # with dQ inside (variant 4 with two parts of A) and with three consumer warpgroups (variant 5);
 # the Q-outer pass with 128-key tiles (variant 8); since session 12 (the block coordinates of
 # tile_grid / grid_tile, no longer plain blockIdx reads, and the dQ writer warp) also 8-24 bytes
@@ -30,11 +32,8 @@ import sass_check  # noqa: E402
 # dQ, true only in variants 13 and 14; dQ's GEMM split by query rows, true in fa3 mode's d = 64
 # default.)
 KNOWN_SPILLING_VARIANTS = (
-    "FwdTraits<{t}, 128, 176,",
-    "FwdTraits<{t}, 256, 64, 2, true, true,",
     "FwdTraits<{t}, 256, 80, 2, true, true,",
     "FwdTraits<{t}, 64, 192,",
-    "FwdTraits<{t}, 64, 160,",
     "BwdKvTraits<{t}, 128, true, 2, true, 2, 64, false, false, 0>",
     "BwdKvTraits<{t}, 64, true, 1, false, 3, 64, false, false, 0>",
     "BwdKvTraits<{t}, 64, true, 2, false, 3, 64, false, false, 0>",
@@ -96,14 +95,11 @@ KNOWN_SPILLING_VARIANTS = (
 # with dK and dV transposed (csrc/backward/bwd_kv_dkvt_sm90.cuh) spills 8 bytes (one local load
 # per query tile, an L1 hit); it measured 2-9% faster than the head-dim-split pass it replaced,
 # which does not spill (bench/NOTES.md, session 28). Both of its tile orders (kDvFirst, session
-# 29) match the one pattern. A sixth since session 36: the d = 256 forward, persistent on 80-key
-# tiles without pingpong (variant 7), spills 80 bytes of per-tile values (the epilogue's
-# addresses, ~20 local loads per query tile) and the producer's tile loop, none in the key-tile
-# loop; it measured 1-5% faster than the one-tile kernel it replaced, which does not spill
-# (bench/NOTES.md, session 36). Its pingpong form (variant 12, A/B only) is listed above; so is
-# the persistent 64-key kernel (variant 3).
+# 29) match the one pattern. (From session 36 to 42 a sixth: the d = 256 forward, persistent on
+# 80-key tiles without pingpong, variant 7, 80 bytes of per-tile values, the epilogue's and
+# q . shift's addresses and the producer's tile loop state; none since session 43: those addresses
+# walked from one base, the ring positions as counts, bench/NOTES.md session 43.)
 KNOWN_SPILLING_DEFAULTS = (
-    "FwdTraits<{t}, 256, 80, 2, false, true,",
     # (fa3 mode's d = 256 80-key pass, listed here from session 28, spills nothing since session
     # 41's item cursor, in any of its forms: no longer exempt)
     # (since session 42 the d = 128 pass masks its diagonal tiles by key-row ranges, variant 23's

@@ -234,12 +234,50 @@ __device__ __forceinline__ void wg_sync(int consumer) {
 // 16-byte shared-memory load and store through a generic pointer into shared memory: the address
 // a swizzled CuTe layout computes (an XOR of address bits) hides its space from the compiler,
 // which then emits generic LD / ST, slower than LDS / STS.
-__device__ __forceinline__ uint4 ld_shared_v4(const void* p) {
-  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
+__device__ __forceinline__ uint4 ld_shared_v4_at(uint32_t a) {  // (a: a shared address)
   uint4 v;
   asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a) : "memory");
   return v;
+}
+__device__ __forceinline__ uint4 ld_shared_v4(const void* p) {
+  return ld_shared_v4_at(static_cast<uint32_t>(__cvta_generic_to_shared(p)));
+}
+// A position in a pipeline ring of kStages stages held as one count (of the stages taken since
+// the start), where CUTLASS's PipelineState keeps the stage index and the phase in registers of
+// their own: two registers fewer for a thread with two rings, which the d = 256 forward's
+// producer (24 registers) and consumers (240) both lacked. It converts to the PipelineState that
+// as many increments from the start state give (stage n mod kStages, the phase flipped every
+// kStages; kStartPhase: 1 for a producer, as make_producer_start_state, 0 for a consumer).
+template <int kStages, uint32_t kStartPhase>
+struct RingCount {
+  int n = 0;
+  __device__ __forceinline__ int index() const { return n % kStages; }
+  __device__ __forceinline__ uint32_t phase() const { return uint32_t((n / kStages) & 1) ^ kStartPhase; }
+  __device__ __forceinline__ RingCount& operator++() {
+    ++n;
+    return *this;
+  }
+  __device__ __forceinline__ operator cutlass::PipelineState<kStages>() const {
+    return {index(), phase(), uint32_t(n)};
+  }
+};
+
+// threadIdx.x, read by an instruction of its own where it is used: what is derived from it there is
+// formed there. (From a thread index read once before a persistent loop, ptxas forms a tile's
+// loop-invariant addresses before the loop and keeps them across it, in registers or, short of
+// them, on the stack.)
+__device__ __forceinline__ int fresh_thread_index() {
+  int t;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+  return t;
+}
+// 16-byte global store (p 16-byte aligned). Written as a uint4 assignment through a cast pointer,
+// the compiler emitted four 4-byte stores (st.global.u32 in the PTX of the forward's epilogue).
+__device__ __forceinline__ void st_global_v4(void* p, uint4 v) {
+  asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "r"(v.x), "r"(v.y),
+               "r"(v.z), "r"(v.w)
+               : "memory");
 }
 __device__ __forceinline__ void st_shared_v4(void* p, uint4 v) {
   const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));

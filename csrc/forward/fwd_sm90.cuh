@@ -111,6 +111,33 @@ struct FwdTraits : Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_, kMmaWarpGroups_>
   static_assert(std::is_same_v<typename Base::SmemAtomQ, GMMA::Layout_K_SW128_Atom<Element>>,
                 "O's TMA store assumes 128-byte swizzle atoms of 64 columns");
   using SmemLayoutOBlock = decltype(tile_to_shape(typename Base::SmemAtomQ{}, Shape<_64, _64>{}));
+  // Two per-thread walks over 16-byte chunks of SmemLayoutQ (the Q buffer; O's staging, laid out
+  // as Q) by shared address from their first chunk's, a0, instead of through CuTe's layout per
+  // chunk: those addresses are the same for every tile, so ptxas formed them all before the
+  // persistent loop and, at d = 256 (240 registers), kept them on the stack (80 bytes, the one
+  // default forward that used local memory; issue 9 asks for none). The layout: column blocks of
+  // 64 columns, kBlockM rows of 128 bytes each (kQColBlockBytes), 1024-aligned, in which the
+  // 128-byte swizzle XORs a row's bits 0-2 into the address's bits 4-6 (a 16-byte chunk's place
+  // in its line). tests/host/q_chunk_addresses.cu checks both walks against CuTe's layout for
+  // every thread, warpgroup and head dim.
+  static constexpr int kQColBlockBytes = Base::kBlockM * 128;
+  // (1) Chunk 4 j + c of a row (c < 4, a0 chunk c's address): the column block j div 2 on, and
+  //     chunk c + 4 (j mod 2) of its line, i.e. bit 2 of the chunk flipped: the q . shift dot
+  //     products (lane c of a quad takes chunks c, c + 4, ...). Row r + 8 is 1024 bytes on.
+  __host__ __device__ static uint32_t q_chunk_addr(uint32_t a0, int j) {
+    return (a0 + uint32_t(kQColBlockBytes * (j / 2))) ^ uint32_t(64 * (j & 1));
+  }
+  // (2) Row r0 + kORowStep i of a chunk (r0 < kORowStep): kORowStep rows on (a multiple of 512
+  //     bytes, no bit the swizzle reads) and, with a step of 4 rows (d = 256), the row's bit 2,
+  //     which flips on every second row, XORed into the address's bit 6: where O cannot leave by
+  //     TMA (a varlen sequence's partial last tile, GPROJ_FWD_AB bit 2), thread t of a consumer
+  //     warpgroup copies chunk t mod kOChunks of its rows t div kOChunks + kORowStep i.
+  static constexpr int kOChunks = kHeadDim / 8, kORowStep = 128 / kOChunks;
+  static_assert(kORowStep == 4 || kORowStep % 8 == 0, "a row step that moves bits 4-6 of the "
+                "swizzled address only as o_row_addr says");
+  __host__ __device__ static uint32_t o_row_addr(uint32_t a0, int i) {
+    return (a0 + uint32_t(128 * kORowStep * i)) ^ (kORowStep == 4 ? uint32_t(64 * (i & 1)) : 0u);
+  }
   using TmaO = decltype(make_tma_copy(
       SM90_TMA_STORE{}, make_tensor(make_gmem_ptr(static_cast<Element*>(nullptr)), TmaGmemLayout{}),
       SmemLayoutOBlock{}, Shape<_64, _64>{}, _1{}));
@@ -122,9 +149,12 @@ struct FwdTraits : Sm90Tiles<T_, kHeadDim_, kBlockN_, kStages_, kMmaWarpGroups_>
   // buffer (FlashAttention-3's aliasing), so the consumers hand Q back once its last S GEMM is
   // done and the next tile's Q loads under this tile's last softmax, P.V and epilogue; the
   // producer holds the next tile's first V load until O's stores have read the stages
-  // (o_free). Through the Q buffer, the next Q could load only after the epilogue's stores, and
-  // the next tile's first S waited for it: the persistent kernel was no faster than one tile per
-  // block (bench/NOTES.md session 36).
+  // (o_free: phase 0 completed at the start, phase i + 1 by tile i's stores; every tile handed
+  // over counts, those without keys too, and the producer waits for every phase in order, so
+  // that tile qi's parity comes from the count of tiles it keeps anyway). Through the Q buffer,
+  // the next Q could load only after the epilogue's stores, and the next tile's first S waited
+  // for it: the persistent kernel was no faster than one tile per block (bench/NOTES.md session
+  // 36).
   static constexpr bool kOThroughV = kPersistent && kQBuffers == 1;
   static_assert(!kOThroughV || cute::cosize_v<SmemLayoutK> >= cute::cosize_v<SmemLayoutQ>,
                 "O staged in the V stages needs them at least as large as the Q buffer");
@@ -299,7 +329,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       ss.barrier_q[i].init(1);
       ss.q_empty[i].init(Traits::kNumMmaThreads);
     }
-    if constexpr (Traits::kOThroughV) ss.o_free.init(kWGs);  // one arrive per consumer warpgroup
+    if constexpr (Traits::kOThroughV) {
+      ss.o_free.init(kWGs);  // one arrive per consumer warpgroup and tile, after its O stores
+      for (int i = 0; i < kWGs; ++i) ss.o_free.arrive();  // (phase 0: nothing staged before)
+    }
   }
   // gproj at d = 64 and 128: launched as the programmatic dependent of the stream's previous
   // kernel (run_forward): the block's start-up above overlaps that kernel's end, and nothing in
@@ -361,13 +394,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     // ---------------- producer ----------------
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
     if (threadIdx.x == 0) {
-      PipelineState wr_k = cutlass::make_producer_start_state<Pipeline>();
-      PipelineState wr_v = cutlass::make_producer_start_state<Pipeline>();
+      RingCount<Traits::kStages, 1> wr_k, wr_v;  // (as make_producer_start_state)
       // Persistent: every tile goes to the consumers through a Q buffer (ss.tile_of, then
       // barrier_q), tiles without keys (no Q load) and the end of the schedule too, so the
       // consumers follow whatever order the producer took. One tile per block: no hand-over.
       int t = first;
-      int keyed = 0;  // tiles with keys loaded so far (kOThroughV: o_free's phases)
       for (int qi = 0; Traits::kPersistent || qi < 1; ++qi) {  // qi: Q buffers handed over
         // The next tile with rows (varlen: a sequence shorter than the longest has none past its
         // end; nobody computes those).
@@ -396,6 +427,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         int nb_min, nb_max;  // key tiles this query tile needs
         mask.key_blocks(m0, m_end, kBlockN, nb_min, nb_max);
         if (nb_max <= nb_min) {  // its rows see no key: the consumers write them without Q
+          // (kOThroughV: o_free's phase of this tile waited for here too, though nothing of it
+          // is loaded: a parity wait tells a phase from the one two before it only if no phase
+          // is skipped)
+          if constexpr (Traits::kOThroughV) ss.o_free.wait(qi & 1);
           if constexpr (Traits::kPersistent) ss.barrier_q[buf].arrive();
           t = next_tile(t);
           continue;
@@ -404,9 +439,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         Tensor mQ = tma_rows(prm.tma_q, prm.rows_q, kHeadDim, p.heads, prm.batch_q,
                              seq.q_start + m0, tc.h, bq);  // (the tile's rows from m0)
         // The keys of this (sequence, kv head): K' or K (both descriptors live in parameter
-        // space; the TMA copies below take the chosen one's address).
-        auto const& tma_k = reads_centered_keys(p, tc.b, hk) ? prm.tma_kc : prm.tma_k;
-        Tensor mK = tma_rows(tma_k, prm.rows_k, kHeadDim, p.heads_k, prm.batch_q, seq.k_start, hk, bq);
+        // space, with the same extents; each K copy below picks one by this flag, where a
+        // reference to the chosen one held its 64-bit address across the key loop, one of the
+        // producer thread's values on the stack at 24 registers).
+        const bool centered = reads_centered_keys(p, tc.b, hk);
+        Tensor mK = tma_rows(prm.tma_k, prm.rows_k, kHeadDim, p.heads_k, prm.batch_q, seq.k_start, hk, bq);
         Tensor mV = tma_rows(prm.tma_v, prm.rows_k, kHeadDim, p.heads_k, prm.batch_q, seq.k_start, hk, bq);
         Tensor sQ = q_buffer(buf);
         Tensor gQ = local_tile(mQ, select<0, 2>(typename Traits::TileShape{}), make_coord(_0{}, _0{}));
@@ -414,7 +451,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         Tensor gV = local_tile(mV, select<1, 2>(typename Traits::TileShape{}), make_coord(_, _0{}));
         auto [tQg, tQs] = tma_partition(prm.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
                                         group_modes<0, 2>(gQ));
-        auto [tKg, tKs] = tma_partition(tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
+        auto [tKg, tKs] = tma_partition(prm.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
                                         group_modes<0, 2>(gK));
         auto [tVg, tVs] = tma_partition(prm.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV),
                                         group_modes<0, 2>(gV));
@@ -433,23 +470,30 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         // (The old order was GPROJ_FWD_AB bit 1 until session 15.)
         // (Not unrolled: the producer's thread has 24 registers, and the unrolled loop spilled.)
         constexpr int k_ahead = 1;
+        // (kOThroughV: before the tile's first V load, the stores of every tile before it; a
+        // flag rather than a compare with nb_max, one value fewer across the loop for the
+        // producer thread's 24 registers)
+        bool o_wait = Traits::kOThroughV;
 #pragma unroll 1
         for (int nb = nb_max - 1 + k_ahead; nb >= nb_min; --nb) {
           const int nk = nb - k_ahead;  // this step's K tile, then V tile nb
           if (nk >= nb_min) {
             pipe_k.producer_acquire(wr_k);
-            copy(tma_k.with(*pipe_k.producer_get_barrier(wr_k), 0), tKg(_, nk), tKs(_, wr_k.index()));
+            copy((centered ? prm.tma_kc : prm.tma_k).with(*pipe_k.producer_get_barrier(wr_k), 0),
+                 tKg(_, nk), tKs(_, wr_k.index()));
             ++wr_k;
           }
           if (nb < nb_max) {
             // (kOThroughV: the previous tile's O staged in V's stages must have been stored)
-            if (Traits::kOThroughV && nb == nb_max - 1 && keyed > 0) ss.o_free.wait((keyed - 1) & 1);
+            if (Traits::kOThroughV && o_wait) {
+              ss.o_free.wait(qi & 1);
+              o_wait = false;
+            }
             pipe_v.producer_acquire(wr_v);
             copy(prm.tma_v.with(*pipe_v.producer_get_barrier(wr_v), 0), tVg(_, nb), tVs(_, wr_v.index()));
             ++wr_v;
           }
         }
-        ++keyed;
         t = next_tile(t);
       }
     }
@@ -486,7 +530,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   // kPvFromSmem: P from the S accumulator layout into the P buffer.
   auto r2s_p = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_qk);
   auto r2s_p_thr = r2s_p.get_thread_slice(tid);
-  PipelineState rd_k, rd_v;  // continue across tiles, as the producer's state does
+  RingCount<Traits::kStages, 0> rd_k, rd_v;  // continue across tiles, as the producer's do
   int tiles_with_keys = 0;    // (pingpong's opening and closing turns)
   // Persistent with two Q buffers: the thread that issued a tile's O store (TMA) waits for the
   // store's reads of the Q buffer only after the next tile's first S GEMM is issued, and arrives
@@ -548,7 +592,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     // more instructions each (ncu, bench/NOTES.md session 33). Padding rows see every key of a
     // full tile then: finite scores of zero (or another sequence's) rows, never stored.
     mask.full_blocks(m0, (p.fwd_ab & 512) ? kBlockM : m_end - m0, kBlockN, full_lo, full_hi);
-    Tensor sQ = q_buffer(buf);
+    // (One Q buffer: its index as qi >> 30, zero, but not to ptxas, which then forms Q's GEMM
+    // descriptors per tile instead of keeping them across the persistent loop: on the stack at
+    // d = 256.)
+    Tensor sQ = q_buffer(kQBuf == 1 ? qi >> 30 : buf);
     Tensor tSrQ = wg_qk.partition_fragment_A(sQ);
     const T* shift = p.k_shift ? reinterpret_cast<const T*>(p.k_shift) +
                                      (int64_t(b) * p.heads_k + hk) * kHeadDim
@@ -559,14 +606,17 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     float qshift[kRows] = {};
     auto q_dot_shift = [&]() {
       constexpr int kChunks = kHeadDim / 8;
+      static_assert(kRows == 2 && kChunks % 4 == 0, "rows lane / 4 and + 8, whole quads of chunks");
+      // (rows row0 and row0 + 8, 1024 bytes apart; their chunks by Traits::q_chunk_addr)
+      const uint32_t a0 = smem_addr(&sQ(get<0>(oc_rc(0, 0)), (tid & 3) * 8));
       CUTLASS_PRAGMA_UNROLL
       for (int r = 0; r < kRows; ++r) {
-        const int row = get<0>(oc_rc(r, 0));
         float acc = 0.f;
         CUTLASS_PRAGMA_UNROLL
-        for (int ch = (tid & 3); ch < kChunks; ch += 4)
-          acc = dot8_accumulate<T>(ld_shared_v4(&sQ(row, ch * 8)),
-                                   *reinterpret_cast<const uint4*>(shift + ch * 8), acc);
+        for (int j = 0; j < kChunks / 4; ++j)
+          acc = dot8_accumulate<T>(ld_shared_v4_at(Traits::q_chunk_addr(a0 + 1024 * r, j)),
+                                   *reinterpret_cast<const uint4*>(shift + ((tid & 3) + 4 * j) * 8),
+                                   acc);
         qshift[r] = quad_sum(acc);
       }
     };
@@ -575,7 +625,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     CUTLASS_PRAGMA_UNROLL
     for (int r = 0; r < kRows; ++r) row_max[r] = -INFINITY, row_sum[r] = 0.f;
     // S of tile nb: issue the GEMM (asynchronous); the caller waits.
-    auto issue_s = [&](auto& tSrS, PipelineState& st, bool waited = false) {
+    auto issue_s = [&](auto& tSrS, auto const& st, bool waited = false) {
       if (!waited) pipe_k.consumer_wait(st);
       wg_gemm<true>(mma_qk, tSrQ, tSrK(_, _, _, st.index()), tSrS);
     };
@@ -861,12 +911,16 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         wg_sync(consumer);
         if ((tid & 127) == 0) {
           const int bq = p.cu_seqlens_q ? 0 : b;
+          // (the warpgroup read afresh, fresh_thread_index: derived from `consumer`, formed
+          // before the persistent loop, the store's row and shared address were kept across it,
+          // on the stack at d = 256)
+          const int cw = fresh_thread_index() / 128 - 1;
           Tensor mO = tma_rows(prm.tma_o, prm.rows_q, kHeadDim, p.heads, prm.batch_q,
                                seq.q_start + m0, h, bq);
-          Tensor gO = local_tile(mO, Shape<_64, _64>{}, make_coord(consumer, _));
+          Tensor gO = local_tile(mO, Shape<_64, _64>{}, make_coord(cw, _));
           CUTLASS_PRAGMA_UNROLL
           for (int cb = 0; cb < kHeadDim / 64; ++cb) {
-            Tensor sOb = make_tensor(make_smem_ptr(sO.data() + (consumer * 64 + cb * kBlockM) * 64),
+            Tensor sOb = make_tensor(make_smem_ptr(sO.data() + (cw * 64 + cb * kBlockM) * 64),
                                      typename Traits::SmemLayoutOBlock{});
             auto [tOg, tOs] = tma_partition(prm.tma_o, _0{}, Layout<_1>{}, group_modes<0, 2>(sOb),
                                             group_modes<0, 2>(gO(_, _, cb)));
@@ -884,15 +938,15 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         }
       } else {
         wg_sync(consumer);
-        constexpr int kChunks = kHeadDim / 8, kRowStep = 128 / kChunks;
-        const int wtid = tid & 127, col = (wtid % kChunks) * 8;
+        constexpr int kChunks = Traits::kOChunks, kRowStep = Traits::kORowStep;
+        const int wtid = tid & 127, col = (wtid % kChunks) * 8, row0 = consumer * 64 + wtid / kChunks;
+        const uint32_t a0 = smem_addr(&sO(row0, col));  // (the rest by Traits::o_row_addr)
         CUTLASS_PRAGMA_UNROLL
-        for (int r = wtid / kChunks; r < 64; r += kRowStep) {
-          const int row = consumer * 64 + r;
-          if (m0 + row < m_end) {
-            *reinterpret_cast<uint4*>(gO + int64_t(row) * p.o_stride[1] + col) =
-                ld_shared_v4(&sO(row, col));
-          }
+        for (int i = 0; i < 64 / kRowStep; ++i) {
+          const int row = row0 + kRowStep * i;
+          if (m0 + row < m_end)
+            st_global_v4(gO + int64_t(row) * p.o_stride[1] + col,
+                         ld_shared_v4_at(Traits::o_row_addr(a0, i)));
         }
         // Persistent: the producer's next TMA load of Q (kOThroughV: of V) into this buffer is an
         // async-proxy write after these generic-proxy accesses.
@@ -922,9 +976,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
           }
         }
       }
-      // (kOThroughV: nothing staged, but the producer counts every tile with keys)
+      // (kOThroughV: nothing staged, but o_free counts every tile)
       if constexpr (Traits::kOThroughV) {
-        if (has_keys && (tid & 127) == 0) ss.o_free.arrive();
+        if ((tid & 127) == 0) ss.o_free.arrive();
       }
     }
 
@@ -998,23 +1052,25 @@ template <int V> struct FwdTiles<256, V> {
   static constexpr bool kPvFromSmem = false, kPvWaitAtTop = !kPvWaitInSoftmax, kKWaitFirst = V == 10;
 };
 
-template <typename T, int kHeadDim, bool kGProj, int kVariant = 0>
-void run_forward(const AttnParams& p, int total_q, int total_k) {
+// The kernel of forward variant kVariant at head dim kHeadDim (run_forward's; the host checks in
+// tests/host/ instantiate it too).
+template <typename T, int kHeadDim, int kVariant>
+struct FwdVariant {
   using Tiles = FwdTiles<kHeadDim, kVariant>;
   // Pingpong at every head dim (variant 1: none). At d = 128 and 256 it measured up to +15% at
   // N = 4k-8k (bench/NOTES.md, "sm90 forward variants"); at d = 64 neutral in fa3 mode and
   // +5-15% in gproj mode, whose softmax has one more FP32 instruction per score (v4).
   // (d = 256 variant 7: variant 12 without it, FlashAttention-3's d = 256 configuration: no
   // scheduler barrier between its warpgroups at head dims above 128)
-  constexpr bool kPingpong = kVariant != 1 && !(kHeadDim == 256 && kVariant == 7);
+  static constexpr bool kPingpong = kVariant != 1 && !(kHeadDim == 256 && kVariant == 7);
   // O-rescale skipping (FwdTraits::kSkipRescale): with the P.V wait inside the softmax the
   // rescale's FMULs trail the exp2 stream (ptxas puts them after the last MUFU whatever the
   // source order), and skipping them where no row max of the warp moved measured faster at
   // d = 128 (fa3 mode 8k -2.2%, 16k -4.8%, gproj 0 to -0.7%) and at d = 256 (0 to -1.2%), not at
   // d = 64 (gproj 2k +1.5%; bench/NOTES.md session 31); otherwise only without pingpong (v4).
   // Variant 2 flips it.
-  constexpr bool kSkipByDefault = Tiles::kPvWaitInSoftmax ? kHeadDim != 64 : !kPingpong;
-  constexpr bool kSkipRescale = (kVariant == 2) != kSkipByDefault;
+  static constexpr bool kSkipByDefault = Tiles::kPvWaitInSoftmax ? kHeadDim != 64 : !kPingpong;
+  static constexpr bool kSkipRescale = (kVariant == 2) != kSkipByDefault;
   // Persistent at d = 64 and 128 (variant 3 flips it): at d = 64 it measured +3-7% in gproj
   // mode and -4 to +1% in fa3 mode (bench/NOTES.md v4); at d = 256 -4%. At d = 128 neutral
   // until session 13, when the O store by TMA and K loaded a tile ahead made it 1-5% faster
@@ -1024,14 +1080,19 @@ void run_forward(const AttnParams& p, int total_q, int total_k) {
   // consumer warpgroups, stay non-persistent: the form that was measured; variant 5 is the
   // d = 64 default at long N, see forward_impl.) At d = 256 variants 7 (the default since
   // session 36) and 12 are persistent with O staged in the V stages (FwdTraits::kOThroughV).
-  constexpr bool kPersistent = kVariant == 4 ||
-                               (kHeadDim == 64 && kVariant >= 9) ||
-                               (kHeadDim == 128 && kVariant >= 10) ||
-                               (kHeadDim == 256 && (kVariant == 7 || kVariant == 12)) ||
-                               (kVariant < 5 && ((kVariant == 3) != (kHeadDim != 256)));
+  static constexpr bool kPersistent = kVariant == 4 ||
+                                      (kHeadDim == 64 && kVariant >= 9) ||
+                                      (kHeadDim == 128 && kVariant >= 10) ||
+                                      (kHeadDim == 256 && (kVariant == 7 || kVariant == 12)) ||
+                                      (kVariant < 5 && ((kVariant == 3) != (kHeadDim != 256)));
   using Traits = FwdTraits<T, kHeadDim, Tiles::kBlockN, Tiles::kStages, kPingpong, kPersistent,
                            kSkipRescale, Tiles::kMmaWarpGroups, Tiles::kPvFromSmem,
                            Tiles::kPvWaitAtTop, Tiles::kKWaitFirst, Tiles::kPvWaitInSoftmax>;
+};
+
+template <typename T, int kHeadDim, bool kGProj, int kVariant = 0>
+void run_forward(const AttnParams& p, int total_q, int total_k) {
+  using Traits = typename FwdVariant<T, kHeadDim, kVariant>::Traits;
   const bool varlen = p.cu_seqlens_q != 0;
   FwdKernelParams<Traits> prm;
   set_tma_extents(prm, p, total_q, total_k);

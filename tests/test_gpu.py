@@ -845,8 +845,9 @@ def test_persistent_forward_tile_counter_is_bitwise_the_round_robin(d, numerics,
     g = torch.Generator(device=DEV).manual_seed(5 * d + (numerics == "fa3"))
     cases = [(2100, 2100, 8, 8, -1, 0), (2100, 2100, 8, 2, 300, 0), (1100, 300, 16, 4, -1, 0)]
     # the persistent kernels at every head dim and length: variant 8 (d = 64: also variants 4
-    # and 9, three consumer warpgroups), variant 3 at d = 256
-    variants = {64: ("8", "4", "9"), 128: ("8",), 256: ("3",)}[d]
+    # and 9, three consumer warpgroups), variants 3 and 7 at d = 256 (7, the default, stages O
+    # in the V stages: o_free's phases, one per tile, those without keys too since session 43)
+    variants = {64: ("8", "4", "9"), 128: ("8",), 256: ("3", "7")}[d]
     for variant, (nq, nk, h, hk, wl, wr) in itertools.product(variants, cases):
         monkeypatch.setenv("GPROJ_FWD_VARIANT", variant)
         q = rand(2, nq, h, d, g=g)

@@ -161,3 +161,32 @@ def test_center_keys_counter_needs_the_range_pass():
     _, k, _ = qkv()
     with pytest.raises(ValueError, match="counter=True needs the range pass"):
         center_keys_cuda(k, None, k.shape[1], shift=torch.zeros(1, 2, 64).to(k.dtype), counter=True)
+
+
+def test_c_api_refuses_a_batch_stride_on_varlen_tensors():
+    """The C API's varlen tensors are rows packed over the batch and found through cu_seqlens,
+    with batch stride 0 (csrc/api/params.h): the kernels still add the batch entry times it, so
+    any other value addressed the wrong rows (and, since session 43's 16-byte stores, may fault).
+    The validation refuses it by name before anything touches a device, so this runs without a
+    GPU (the pointers are never dereferenced)."""
+    from gproj_cuda import _ext
+    try:
+        ext = _ext.extension()
+    except Exception as e:  # (a machine without the compiled extension)
+        pytest.skip(f"the CUDA extension is not built: {e}")
+    p = ext.Params()
+    p.dtype, p.numerics, p.head_dim = 0, 1, 64
+    p.batch, p.heads, p.heads_k, p.seqlen_q, p.seqlen_k = 2, 2, 2, 16, 16
+    p.total_q = p.total_k = 32
+    p.softmax_scale = 0.125
+    p.cu_seqlens_q, p.cu_seqlens_k = 1 << 20, (1 << 20) + 64
+    p.q, p.k, p.v = 1 << 24, 2 << 24, 3 << 24
+    p.k_stride = p.v_stride = [0, 128, 64]
+    for bad in ([8, 128, 64], [-8, 128, 64]):
+        p.q_stride = bad
+        with pytest.raises(ValueError, match="q: varlen tensors take batch stride 0"):
+            ext.forward(p)
+    p.q_stride = [0, 128, 64]
+    p.k_stride = [4096, 128, 64]
+    with pytest.raises(ValueError, match="k: varlen tensors take batch stride 0"):
+        ext.forward(p)

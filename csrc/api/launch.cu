@@ -62,6 +62,9 @@ void require_ptr(uint64_t ptr, const char* name) {
 
 void require_strides(const int64_t (&s)[3], const char* name, bool varlen) {
   const char* axis[3] = {"batch", "sequence", "head"};
+  // (varlen: rows packed over the batch, found through cu_seqlens; the kernels still add the
+  // batch entry times stride 0, params.h)
+  if (varlen && s[0] != 0) fail("%s: varlen tensors take batch stride 0 (rows are packed and found through cu_seqlens), got %lld", name, (long long)s[0]);
   for (int i = varlen ? 1 : 0; i < 3; ++i) {
     if (s[i] % 8) fail("%s: %s stride must be a multiple of 8 elements (16 bytes), got %lld", name, axis[i], (long long)s[i]);
     if (s[i] < 0) fail("%s: negative %s stride %lld is not supported", name, axis[i], (long long)s[i]);

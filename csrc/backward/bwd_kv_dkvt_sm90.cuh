@@ -182,8 +182,8 @@ __device__ __forceinline__ void store_dkv_transposed(const AttnParams& p, const 
   CUTLASS_PRAGMA_UNROLL
   for (int r = t / kChunks; r < kBlockN; r += kRowsPerPass) {
     if (r < rows) {
-      *reinterpret_cast<uint4*>(gDK + int64_t(r) * p.dk_stride[1] + col) = ld_shared_v4(&sK(r, col));
-      *reinterpret_cast<uint4*>(gDV + int64_t(r) * p.dv_stride[1] + col) = ld_shared_v4(&sV(r, col));
+      st_global_v4(gDK + int64_t(r) * p.dk_stride[1] + col, ld_shared_v4(&sK(r, col)));
+      st_global_v4(gDV + int64_t(r) * p.dv_stride[1] + col, ld_shared_v4(&sV(r, col)));
     }
   }
 }

@@ -17,6 +17,16 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// 16-byte global store (p 16-byte aligned). Written as a uint4 assignment through a cast 16-bit
+// pointer, the value from an asm load or make_uint4, nvcc emitted four 4-byte stores (the
+// forward's O copy, the backward's dK / dV epilogue, the key centering: no st.global.v4 in their
+// PTX, STG.E in their SASS; bench/NOTES.md session 43).
+__device__ __forceinline__ void st_global_v4(void* p, uint4 v) {
+  asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "r"(v.x), "r"(v.y),
+               "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
 // ---- async copies: 16 bytes global -> shared, zero-filled when !valid ----------------------
 __device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
   const int bytes = valid ? 16 : 0;

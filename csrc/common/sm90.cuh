@@ -243,6 +243,12 @@ __device__ __forceinline__ uint4 ld_shared_v4_at(uint32_t a) {  // (a: a shared 
 __device__ __forceinline__ uint4 ld_shared_v4(const void* p) {
   return ld_shared_v4_at(static_cast<uint32_t>(__cvta_generic_to_shared(p)));
 }
+__device__ __forceinline__ void st_shared_v4(void* p, uint4 v) {
+  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n"
+               :: "r"(a), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
+
 // A position in a pipeline ring of kStages stages held as one count (of the stages taken since
 // the start), where CUTLASS's PipelineState keeps the stage index and the phase in registers of
 // their own: two registers fewer for a thread with two rings, which the d = 256 forward's
@@ -253,7 +259,9 @@ template <int kStages, uint32_t kStartPhase>
 struct RingCount {
   int n = 0;
   __device__ __forceinline__ int index() const { return n % kStages; }
-  __device__ __forceinline__ uint32_t phase() const { return uint32_t((n / kStages) & 1) ^ kStartPhase; }
+  __device__ __forceinline__ uint32_t phase() const {
+    return uint32_t((n / kStages) & 1) ^ kStartPhase;
+  }
   __device__ __forceinline__ RingCount& operator++() {
     ++n;
     return *this;
@@ -263,26 +271,14 @@ struct RingCount {
   }
 };
 
-// threadIdx.x, read by an instruction of its own where it is used: what is derived from it there is
-// formed there. (From a thread index read once before a persistent loop, ptxas forms a tile's
+// threadIdx.x, read by an instruction of its own where it is used: what is derived from it there
+// is formed there. (From a thread index read once before a persistent loop, ptxas forms a tile's
 // loop-invariant addresses before the loop and keeps them across it, in registers or, short of
 // them, on the stack.)
 __device__ __forceinline__ int fresh_thread_index() {
   int t;
   asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
   return t;
-}
-// 16-byte global store (p 16-byte aligned). Written as a uint4 assignment through a cast pointer,
-// the compiler emitted four 4-byte stores (st.global.u32 in the PTX of the forward's epilogue).
-__device__ __forceinline__ void st_global_v4(void* p, uint4 v) {
-  asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "r"(v.x), "r"(v.y),
-               "r"(v.z), "r"(v.w)
-               : "memory");
-}
-__device__ __forceinline__ void st_shared_v4(void* p, uint4 v) {
-  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
-  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n"
-               :: "r"(a), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
 }
 
 // Whether stage_and_store_rows may write a 16-bit tensor (pointer, strides in elements): 16-byte
@@ -320,7 +316,7 @@ __device__ __forceinline__ void stage_and_store_rows(T* g, int64_t row_stride, i
     // (a 16-byte chunk of a row is contiguous in the swizzled layout: the swizzle moves whole
     // 16-byte units)
     if (r0 + r < rows_valid)
-      *reinterpret_cast<uint4*>(g + int64_t(r0 + r) * row_stride + col) = ld_shared_v4(&s(r0 + r, col));
+      st_global_v4(g + int64_t(r0 + r) * row_stride + col, ld_shared_v4(&s(r0 + r, col)));
   }
 }
 

@@ -939,7 +939,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       } else {
         wg_sync(consumer);
         constexpr int kChunks = Traits::kOChunks, kRowStep = Traits::kORowStep;
-        const int wtid = tid & 127, col = (wtid % kChunks) * 8, row0 = consumer * 64 + wtid / kChunks;
+        const int wtid = tid & 127, col = (wtid % kChunks) * 8;
+        const int row0 = consumer * 64 + wtid / kChunks;
         const uint32_t a0 = smem_addr(&sO(row0, col));  // (the rest by Traits::o_row_addr)
         CUTLASS_PRAGMA_UNROLL
         for (int i = 0; i < 64 / kRowStep; ++i) {

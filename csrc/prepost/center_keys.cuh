@@ -237,7 +237,7 @@ __global__ void __launch_bounds__(256) center_kernel(const AttnParams p, const u
       // exact by construction for the keys; rounded where inexact for the queries (center_approx)
       o[e] = pack2<T>(f.x - c[2 * e], f.y - c[2 * e + 1]);
     }
-    *reinterpret_cast<uint4*>(dst + row * p.kc_stride[1]) = make_uint4(o[0], o[1], o[2], o[3]);
+    st_global_v4(dst + row * p.kc_stride[1], make_uint4(o[0], o[1], o[2], o[3]));
   }
 }
 

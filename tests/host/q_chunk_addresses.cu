@@ -40,7 +40,8 @@ void check(const char* type) {
   for (int tid = 0; tid < Traits::kNumMmaThreads; ++tid) {
     // q . shift, on the rows of the lane's P.V accumulator (as the kernel's oc_rc)
     auto thr_pv = mma_pv.get_thread_slice(tid);
-    Tensor tOcO = thr_pv.partition_C(make_identity_tensor(select<0, 2>(typename Traits::TileShape{})));
+    Tensor tOcO =
+        thr_pv.partition_C(make_identity_tensor(select<0, 2>(typename Traits::TileShape{})));
     Tensor oc_rc = make_tensor(tOcO.data(), gproj::sm90::acc_rowcol(tOcO.layout()));
     CHECK(size<0>(oc_rc) == 2, "%s d = %d v%d: %d accumulator rows\n", type, kHeadDim, kVariant,
           int(size<0>(oc_rc)));

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Session 43's forward changes on the GPU (prepared in session 43, which had no device time; run
-# by the next session that has): the d = 256 forward without local memory (commit of this folder;
-# bench/NOTES.md session 43). Carry: _wheels/_C.so.xz (the new build), _wheels/_C_base.so.xz
-# (8c8566d's, the build before), _wheels/fa3 (FlashAttention-3's forward wheel, scripts/fa3_side.sh)
-# and this script. Device time: ~8-9 minutes (suite ~4, sanitizers ~2, A/B ~2.5).
+# by the next session that has): the d = 256 forward without local memory, 16-byte global stores
+# (bench/NOTES.md session 43; the build's commit in _wheels/commit.txt). Carry: _wheels/_C.so.xz
+# (the new build), _wheels/_C_base.so.xz (8c8566d's, the build before), _wheels/fa3
+# (FlashAttention-3's forward wheel, scripts/fa3_side.sh; optional) and this script. Device
+# time: ~9-10 minutes (suite ~4, sanitizers ~2, A/Bs ~3.5).
 source scripts/device_prelude.sh
 xz -dc _wheels/_C_base.so.xz > /tmp/base_C.so || exit 1
 # 1. The whole GPU suite on the new build: the forward's oracle tests (every variant, both
@@ -22,3 +23,6 @@ echo "$(el) varlen memcheck rc=$? $(grep -E 'ERROR SUMMARY' $OUT/sanitize_varlen
 #    0 +- 1% everywhere (the changed instructions are outside the key loop; d = 256 loses ~20
 #    local loads per query tile)
 (AB_LIB=/tmp/base_C.so AB_REPS=15 timeout 200 python3 scripts/fwd_ab.py 0 256,2048 256,8192 256,2048,causal 256,8192,causal 128,4096 128,4096,causal 64,8192 64,8192,causal 256,v1024 > $OUT/ab_fwd.txt 2>&1); echo "$(el) ab rc=$?"; cat $OUT/ab_fwd.txt
+# 4. The backward against the build before: the dK / dV epilogues' 16-byte stores (prediction:
+#    <= 0.5% at N <= 2k, nothing beyond)
+(cd scripts && AB_LIB=/tmp/base_C.so AB_REPS=11 timeout 150 python3 bwd_ab.py 0 64,1024 64,2048,causal 128,1024 128,2048 256,2048 128,8192 > $OUT/ab_bwd.txt 2>&1); echo "$(el) ab bwd rc=$?"; cat $OUT/ab_bwd.txt

@@ -88,6 +88,5 @@ int main() {
   check_head_dim<128>();
   check_head_dim<256>();
   check_varlen_tiles();
-  std::printf(failures ? "FAILED: %d checks\n" : "dq_accum layout: all checks passed\n", failures);
-  return failures ? 1 : 0;
+  return report("dq_accum layout: ");
 }

@@ -94,10 +94,5 @@ void check_type(const char* name) {
 int main() {
   check_type<__nv_bfloat16>("bf16");
   check_type<__half>("fp16");
-  if (failures) {
-    std::printf("%d failures\n", failures);
-    return 1;
-  }
-  std::printf("all checks passed\n");
-  return 0;
+  return report();
 }

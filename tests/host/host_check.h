@@ -11,3 +11,14 @@ static int failures = 0;
       ++failures;                                  \
     }                                              \
   } while (0)
+
+// main()'s verdict: "all checks passed" (what tests/test_host_layout.py looks for) and 0, or the
+// number of failed checks and 1.
+inline int report(const char* what = "") {
+  if (failures) {
+    std::printf("%s%d checks failed\n", what, failures);
+    return 1;
+  }
+  std::printf("%sall checks passed\n", what);
+  return 0;
+}

@@ -52,10 +52,6 @@ int main() {
                       head0 + i / tiles, mb_min + i % tiles, seen[i]);
               ++blocks;
             }
-  if (failures) {
-    std::printf("%d checks failed\n", failures);
-    return 1;
-  }
-  std::printf("%d blocks: all checks passed\n", blocks);
-  return 0;
+  std::printf("%d blocks\n", blocks);
+  return report();
 }

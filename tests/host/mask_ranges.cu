@@ -118,6 +118,5 @@ int main() {
   check<gproj::sm90::BwdKvTraits<bf16, 128, false>, true>("d128 64-row pass", 2, 3000);
   check<gproj::sm90::BwdKvTraits<bf16, 64, false, 3, true, 2, 128, false, true, 40>, true>(
       "d64 128-row pass", 3, 3000);
-  if (failures == 0) std::printf("all checks passed\n");
-  return failures == 0 ? 0 : 1;
+  return report();
 }

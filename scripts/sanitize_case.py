@@ -107,9 +107,10 @@ if os.environ.get("SANITIZE_ONLY_CENTERING") == "1":
 # causal mask, over as many keys and over fewer (the top tiles see none), every head dim and mode
 if os.environ.get("SANITIZE_ONLY_TILES") == "1":
     # persistent, and (session 31) the one-tile d = 128 176-key and d = 256 80-key kernels with
-    # the P.V wait inside the softmax over many key tiles
+    # the P.V wait inside the softmax over many key tiles; (session 43) d = 256's default,
+    # persistent with O staged in the V stages (o_free's phases, tiles without keys among them)
     for d, variant in ((64, "8"), (64, "4"), (64, "9"), (128, "8"), (256, "3"), (128, "9"),
-                       (256, "6")):
+                       (256, "6"), (256, "7")):
         os.environ["GPROJ_FWD_VARIANT"] = variant
         for numerics in ("gproj", "fa3"):
             for nk in (1100, 300):
@@ -130,7 +131,7 @@ if os.environ.get("SANITIZE_ONLY_TILES") == "1":
             o.backward(torch.randn_like(o))
     torch.cuda.synchronize()
     raise SystemExit(0)
-for variant in (() if ONLY_HOPPER_BWD else ("0", "1", "2", "3", "4", "5", "6", "7", "9")):
+for variant in (() if ONLY_HOPPER_BWD else ("0", "1", "2", "3", "4", "5", "6", "7", "9", "12")):
     os.environ["GPROJ_FWD_VARIANT"] = variant
     for dtype in (torch.bfloat16, torch.float16):
         for d in (64, 128, 256):

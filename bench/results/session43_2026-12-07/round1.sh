@@ -4,7 +4,7 @@
 # (bench/NOTES.md session 43; the build's commit in _wheels/commit.txt). Carry: _wheels/_C.so.xz
 # (the new build), _wheels/_C_base.so.xz (8c8566d's, the build before), _wheels/fa3
 # (FlashAttention-3's forward wheel, scripts/fa3_side.sh; optional) and this script. Device
-# time: ~9-10 minutes (suite ~4, sanitizers ~2, A/Bs ~3.5).
+# time: ~10-12 minutes (suite ~4, sanitizers ~3-4, A/Bs ~3.5).
 source scripts/device_prelude.sh
 xz -dc _wheels/_C_base.so.xz > /tmp/base_C.so || exit 1
 # 1. The whole GPU suite on the new build: the forward's oracle tests (every variant, both
@@ -16,6 +16,12 @@ echo "$(el) suite rc=$?"; tail -2 $OUT/gpu_suite.txt; grep -E "^FAILED" $OUT/gpu
 for tool in memcheck racecheck synccheck; do
   SANITIZE_ONLY_FWD=1 timeout 150 compute-sanitizer --tool $tool --print-limit 5 python3 scripts/sanitize_case.py > $OUT/sanitize_fwd_$tool.txt 2>&1
   echo "$(el) fwd $tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' $OUT/sanitize_fwd_$tool.txt | tail -1)"
+done
+# (the persistent kernels' tile counter, d = 256's default over fewer keys than queries: tiles
+# without keys, o_free's phases)
+for tool in memcheck racecheck; do
+  SANITIZE_ONLY_TILES=1 timeout 150 compute-sanitizer --tool $tool --print-limit 5 python3 scripts/sanitize_case.py > $OUT/sanitize_tiles_$tool.txt 2>&1
+  echo "$(el) tiles $tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' $OUT/sanitize_tiles_$tool.txt | tail -1)"
 done
 SANITIZE_ONLY_VARLEN=1 timeout 120 compute-sanitizer --tool memcheck --print-limit 5 python3 scripts/sanitize_case.py > $OUT/sanitize_varlen_memcheck.txt 2>&1
 echo "$(el) varlen memcheck rc=$? $(grep -E 'ERROR SUMMARY' $OUT/sanitize_varlen_memcheck.txt | tail -1)"

@@ -310,7 +310,6 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   using T = typename Traits::T;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
   using Pipeline = typename Traits::Pipeline;
-  using PipelineState = typename Traits::PipelineState;
   const AttnParams& p = prm.p;
 
   constexpr int kQBuf = Traits::kQBuffers;
@@ -485,7 +484,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
           }
           if (nb < nb_max) {
             // (kOThroughV: the previous tile's O staged in V's stages must have been stored)
-            if (Traits::kOThroughV && o_wait) {
+            if (o_wait) {  // (false unless kOThroughV)
               ss.o_free.wait(qi & 1);
               o_wait = false;
             }

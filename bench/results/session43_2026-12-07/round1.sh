@@ -7,6 +7,9 @@
 # time: ~10-12 minutes (suite ~4, sanitizers ~3-4, A/Bs ~3.5).
 source scripts/device_prelude.sh
 xz -dc _wheels/_C_base.so.xz > /tmp/base_C.so || exit 1
+# PART=a: steps 1-2 (forward sanitizers); PART=b: the rest (one device call is at most 10 minutes)
+PART=${PART:-all}
+if [ $PART != b ]; then
 # 1. The whole GPU suite on the new build: the forward's oracle tests (every variant, both
 #    numerics, masks), the O store by threads against TMA (GPROJ_FWD_AB=2: o_row_addr), key
 #    offsets (q . shift: q_chunk_addr), varlen slots (tiles without keys: o_free's phases).
@@ -17,6 +20,8 @@ for tool in memcheck racecheck synccheck; do
   SANITIZE_ONLY_FWD=1 timeout 150 compute-sanitizer --tool $tool --print-limit 5 python3 scripts/sanitize_case.py > $OUT/sanitize_fwd_$tool.txt 2>&1
   echo "$(el) fwd $tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' $OUT/sanitize_fwd_$tool.txt | tail -1)"
 done
+fi
+if [ $PART != a ]; then
 # (the persistent kernels' tile counter, d = 256's default over fewer keys than queries: tiles
 # without keys, o_free's phases)
 for tool in memcheck racecheck; do
@@ -32,3 +37,4 @@ echo "$(el) varlen memcheck rc=$? $(grep -E 'ERROR SUMMARY' $OUT/sanitize_varlen
 # 4. The backward against the build before: the dK / dV epilogues' 16-byte stores (prediction:
 #    <= 0.5% at N <= 2k, nothing beyond)
 (cd scripts && AB_LIB=/tmp/base_C.so AB_REPS=11 timeout 150 python3 bwd_ab.py 0 64,1024 64,2048,causal 128,1024 128,2048 256,2048 128,8192 > $OUT/ab_bwd.txt 2>&1); echo "$(el) ab bwd rc=$?"; cat $OUT/ab_bwd.txt
+fi

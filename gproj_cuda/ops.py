@@ -438,10 +438,12 @@ def backward_cuda(dout, q, k, v, out, stats, cu_q, cu_k, max_q, max_k, scale, wl
         # dQ itself (csrc/api/variants.h, hopper_bwd_uses_dq_accum).
         if _reduce_adds_dq(numerics, q.shape[-1]):
             rows = q.shape[0] if varlen else q.shape[0] * q.shape[1]
-            tiles = (rows + 64 * p.batch + 63) // 64
+            # (fa3 mode's d = 128 variant 39: 80-row tiles, the same padding rule)
+            tile_rows = (64, 80) if p.head_dim == 128 else (64,)
+            tiles_x_rows = max((rows + r * p.batch + r - 1) // r * r for r in tile_rows)
             # (zero-filled by the pre-pass that reads the same rows first: the delta kernel in
             # fa3 mode, the λ pre-pass in gproj mode)
-            n_acc = p.heads * tiles * 64 * p.head_dim
+            n_acc = p.heads * tiles_x_rows * p.head_dim
             dq_accum = _new((n_acc,), torch.float32, q.device, poison)
             p.dq_accum = dq_accum.data_ptr()
         if numerics == "gproj":

@@ -71,6 +71,9 @@ KNOWN_SPILLING_VARIANTS = (
     # 8 bytes of the default's producer-warpgroup spill, one store and one load in each of two
     # places after its setmaxnreg.dealloc; d = 64's kernel spills nothing)
     "BwdKvTraits<{t}, 128, false, 3, true, 2, 64, false, false, 128>",
+    # (variant 39, session 44: fa3 mode's d = 128 pass on 80 x 128 tiles, dQ transposed; 8 bytes
+    # in its producer warpgroup, one store and one load in each of two places, as the default's)
+    "BwdKvTraits<{t}, 128, false, 3, true, 2, 80, false, false, 0>",
 )
 # Default kernels that spill, by choice: the KV-outer pass at d = 64 with 128-row query tiles
 # (FlashAttention-3's 128 x 128 tile there) keeps S^T, dP^T, dK and dV (192 registers) live through

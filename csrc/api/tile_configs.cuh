@@ -62,7 +62,14 @@ void hopper_backward(const AttnParams& p_in) {
                "zeroing pair_counters");
   // (fa3 mode's split group, kv_head_splits > 1: delta_kernel zeroes dkv_accum pair by pair)
   if (!gproj) {
-    launch_delta<T, D>(p);
+    // (variant 39 at d = 128: 80-row query tiles, whose dq_accum tiles are 80 rows: tile.cuh)
+    constexpr bool kDq80Possible = D == 128;
+    const bool dq80 = kDq80Possible && variant == 39;
+    if (dq80) {
+      if constexpr (kDq80Possible) launch_delta<T, D, 80>(p);
+    } else {
+      launch_delta<T, D>(p);
+    }
     if constexpr (D == 256) {  // dK, dV rows too wide for one warpgroup
       if (variant == 16) {  // the head dim split between the warpgroups, 64-key blocks (A/B; the
                             // default until session 28)
@@ -126,12 +133,19 @@ void hopper_backward(const AttnParams& p_in) {
     } else if (variant == 38) {  // d = 128, variant 38: the default from session 37 to 41, the
                                  // diagonal tiles masked per element (A/B)
       sm90::run_bwd_kv<T, D, false>(p, p.total_q, p.total_k);
+    } else if (variant == 39) {  // d = 128, variant 39: 80 x 128 tiles, dQ transposed
+                                 // (FlashAttention-3's tile without a causal mask; A/B, session 44)
+      sm90::run_bwd_kv<T, D, false, 3, true, 2, 80>(p, p.total_q, p.total_k);
     } else {  // d = 128: since session 42 the diagonal tiles masked by key-row ranges (variant
               // 23's form: -0.7 to -2.7% under a causal mask at 2k-8k, within 0.4% without one;
               // H100, bench/results/session42_2026-12-05)
       sm90::run_bwd_kv<T, D, false, 3, true, 2, 64, false, false, 4>(p, p.total_q, p.total_k);
     }
-    launch_dq_finish<T, D>(p);
+    if (dq80) {
+      if constexpr (kDq80Possible) launch_dq_finish<T, D, 80>(p);
+    } else {
+      launch_dq_finish<T, D>(p);
+    }
     return;
   }
   // (fp16 gproj: the mma.sync passes; launch.cu refuses it here)

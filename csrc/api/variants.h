@@ -199,11 +199,14 @@ inline int fwd_ab() {
 //  38: (fa3 mode, d = 128 / 256, session 42) the defaults before session 42: d = 128's diagonal
 //      tiles masked per element (variant 23's row ranges are the default since), d = 256's
 //      session-39 form (variant 36's is the default since).
+//  39: (fa3 mode, d = 128, session 44) the KV-outer pass on 80 x 128 tiles with dQ computed
+//      transposed (BwdKvTraits::kDqT; FlashAttention-3's d = 128 tile without a causal mask) and
+//      dq_accum in 80-row tiles (tile.cuh); written without a GPU, to be measured.
 // (Session 42 measured on an H100: variants 23 at d = 128 and 36 at d = 256 the defaults since;
 // 32, 33 (d = 64 2-5% slower, d = 128 / 256 within 1%) and 37 not.)
 // (13 and 14 measured 7-17% slower than the default, session 26: kept for the record and A/B.)
 inline int bwd_variant() {
-  return env_int_in("GPROJ_BWD_VARIANT", 3, 38);
+  return env_int_in("GPROJ_BWD_VARIANT", 3, 39);
 }
 
 // fa3 mode's KV-outer item order for a launch (AttnParams::kv_tiles_outer): tile-major under a

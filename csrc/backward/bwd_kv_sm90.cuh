@@ -134,7 +134,9 @@ struct BwdKvTraits {
   // tiles from the block's own diagonal tile on (KeyBlockWork::rot). Bit 128 (variant 37,
   // session 42, both; kRowsAllWarps): every consumer warp copies a share of a tile's row state.
   static_assert(kFa3Ab_ == 0 || (!kGProj_ && kDqHere_ &&
-                                 (kBlockM_ == 64 ? (kFa3Ab_ & 32) == 0 : (kFa3Ab_ & ~248) == 0)),
+                                 (kBlockM_ == 64   ? (kFa3Ab_ & 32) == 0
+                                  : kBlockM_ == 80 ? (kFa3Ab_ & ~7) == 0
+                                                   : (kFa3Ab_ & ~248) == 0)),
                 "the A/B bits are for fa3 mode's 64-row pass (bits 8, 16, 64, 128: also the "
                 "128-row one; bit 32: the 128-row one only)");
   static constexpr bool kRotated = (kFa3Ab_ & 64) != 0;
@@ -191,12 +193,31 @@ struct BwdKvTraits {
   static constexpr int kHeadDim = kHeadDim_, kBlockN = 64 * kMmaWGs, kBlockM = kBlockM_,
                        kStages = kDqHere ? 2 : 3;
   // With dQ here: 64 rows, or 128 (fa3 at d = 64, FlashAttention-3's 128 x 128 tile there: the
-  // dQ tile is two 64-row tiles of dq_accum, one bulk reduce-add each per warpgroup).
-  static_assert((kDqHere_ ? (kBlockM == 64 || kBlockM == 128) : kBlockM % 32 == 0),
-                "query tiles: 64 or 128 rows with dQ here, else a multiple of 32");
+  // dQ tile is two 64-row tiles of dq_accum, one bulk reduce-add each per warpgroup), or 80
+  // (kDqT below).
+  static_assert((kDqHere_ ? (kBlockM == 64 || kBlockM == 128 || kBlockM == 80) : kBlockM % 32 == 0),
+                "query tiles: 64, 80 or 128 rows with dQ here, else a multiple of 32");
   static_assert(kBlockM == 64 || !(kDqHere_ && kGProj_), "gproj with dQ here: 64-row tiles");
-  static constexpr int kDqSubTiles = kBlockM / 64;  // dq_accum tiles per query tile (kDqHere)
-  static constexpr int kDqHalf = 64 * kHeadDim_ / 2;  // floats: a warpgroup's half of a 64-row tile
+  // fa3 mode's 80 x 128 tiles at d = 128 (GPROJ_BWD_VARIANT 39, session 44; FlashAttention-3's
+  // tile there without a causal mask: bench/NOTES.md session 38 item 6 counted ~12% fewer
+  // instructions per query row than our 64-row loop). S^T and dP^T are m64n80 (40 registers
+  // each), dK and dV take k = 80 (five k16 steps). dQ = dS~ K has M = 80, which a warpgroup's
+  // WGMMA cannot take (M is 64 per warpgroup), so it is computed transposed, dQ^T = K^T dS~^T
+  // (FlashAttention-3's dQ_swapAB): M = the warpgroup's 64 head-dim columns, N = 80 queries, K =
+  // the block's 128 keys, 40 registers, both operands in shared memory (K^T MN-major from sK,
+  // dS~ MN-major from the dS~ buffer as it is). dq_accum then holds 80-row tiles in dQ^T's
+  // accumulator order (tile.cuh: dq_tile_base<80>, dq_accum_t_coord), one 20 KB bulk reduce-add
+  // per warpgroup; delta_kernel and dq_finish_kernel are launched for that layout.
+  // Shared memory: K, V 64 KB + two Q / dO stages 80 KB + two dS~ stages 40 KB + one dQ staging
+  // buffer 40 KB = 224 KB (so one staging buffer, not the 64-row pass's two).
+  static constexpr bool kDqT = kBlockM_ == 80;
+  static_assert(!kDqT || (kDqHere_ && !kGProj_ && kHeadDim_ == 128 && kMmaWGs_ == 2 &&
+                          !kDqPerWg_ && !kDqSplitM_ && (kFa3Ab_ & ~7) == 0),
+                "80-row tiles: fa3 mode at d = 128, dQ transposed, no other A/B bits but 1, 2, 4");
+  static constexpr int kDqSubTiles = kDqT ? 1 : kBlockM / 64;  // dq_accum tiles per query tile
+  // floats: a warpgroup's half of a 64-row tile (kDqT: its 64 head-dim columns of the 80 rows)
+  static constexpr int kDqHalf = kDqT ? kBlockM_ * kHeadDim_ / 2 : 64 * kHeadDim_ / 2;
+  static constexpr int kDqRows = kDqT ? 80 : 64;  // rows of a dq_accum tile
   // floats a warpgroup stages per item: its half of the head dim, or (kDqPerWg) the whole tile
   static constexpr int kDqWgFloats = kDqPerWg_ ? kBlockM_ * kHeadDim_ : kDqSubTiles * kDqHalf;
   // dQ staging buffers (kDqHere): two in fa3 mode, so that a warpgroup stages tile t while the
@@ -206,7 +227,8 @@ struct BwdKvTraits {
   // the pass's warp samples.
   // (kDqPerWg at d = 128, variant 14: one, of the whole 64 x 128 tile per warpgroup: 64 KB; two
   // would need 128 KB beside K, V, Q, dO and dS~'s 144 KB)
-  static constexpr int kDqBuffers = kDqHere_ && !kGProj_ && kHeadDim_ == 128 && !kDqPerWg_ ? 2 : 1;
+  static constexpr int kDqBuffers =
+      kDqHere_ && !kGProj_ && kHeadDim_ == 128 && !kDqPerWg_ && !kDqT ? 2 : 1;
   // Offset (floats) in the staging buffers of item `it`'s dQ half of consumer warpgroup w.
   __device__ static constexpr int dq_stage(int it, int w) {
     return (it % kDqBuffers) * (kMmaWGs_ * kDqWgFloats) + w * kDqWgFloats;
@@ -258,6 +280,13 @@ struct BwdKvTraits {
                            GMMA::Major::MN>(),
       Layout<Shape<Int<kMmaWGs>, _1, _1>>{}));
   using TiledMmaDQ = std::conditional_t<
+      kDqT,
+      // kDqT: dQ^T = K^T dS~^T, warpgroups split its M (the head dim)
+      decltype(make_tiled_mma(
+          GMMA::ss_op_selector<Element, Element, float, Shape<_64, BM, BN>, GMMA::Major::MN,
+                               GMMA::Major::MN>(),
+          Layout<Shape<_2, _1, _1>>{})),
+      std::conditional_t<
       kDqPerWg_,
       // kDqPerWg: one warpgroup, its own 64 keys, one half of the head dim at a time (the
       // whole head dim's 64 accumulators at once spilled 280 bytes at d = 64)
@@ -274,7 +303,7 @@ struct BwdKvTraits {
           decltype(make_tiled_mma(
               GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim / 2>, BN>,
                                    GMMA::Major::MN, GMMA::Major::MN>(),
-              Layout<Shape<_1, _2, _1>>{}))>>;  // warpgroups split the head dim
+              Layout<Shape<_1, _2, _1>>{}))>>>;  // warpgroups split the head dim
 
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = typename Pipeline::PipelineState;
@@ -522,9 +551,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
                 // else w's half of the head dim)
                 constexpr bool kWholeRows = Traits::kDqPerWg || Traits::kDqSplitM;
                 constexpr int kFloats = kWholeRows ? 2 * kHalf : kHalf;
+                constexpr int kDqRows = Traits::kDqRows;  // (kDqT: 80-row tiles)
                 float* g = reinterpret_cast<float*>(p.dq_accum) +
-                           (int64_t(h) * dq_accum_tiles(p) + dq_tile_base(p, b, seq.q_start) + tile) *
-                               (64 * kHeadDim) + (kWholeRows ? 0 : w * kHalf);
+                           (int64_t(h) * dq_accum_tiles<kDqRows>(p) +
+                            dq_tile_base<kDqRows>(p, b, seq.q_start) + tile) *
+                               (kDqRows * kHeadDim) + (kWholeRows ? 0 : w * kHalf);
                 bulk_reduce_add_f32(g, sdq + (Traits::kDqSplitM ? 0 : sub * kFloats),
                                     kFloats * int(sizeof(float)));
               }
@@ -612,10 +643,25 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     else
       return sKt;
   };
-  Tensor tDQrDS = wg_dq.partition_fragment_A(dq_a(sDS));
-  Tensor tDQrPT = wg_dq.partition_fragment_A(sPT);
-  Tensor tDQrKt = wg_dq.partition_fragment_B(dq_b(0));
-  Tensor tDQrKt1 = wg_dq.partition_fragment_B(dq_b(1));
+  // (kDqT, 80-row tiles: dQ^T = K^T dS~^T, K^T the A operand and dS~ the B; tDQrPT and
+  // tDQrKt1 are not used there)
+  constexpr bool kDqT = Traits::kDqT;
+  Tensor tDQrDS = [&] {
+    if constexpr (kDqT) return wg_dq.partition_fragment_B(sDS);
+    else return wg_dq.partition_fragment_A(dq_a(sDS));
+  }();
+  Tensor tDQrKt = [&] {
+    if constexpr (kDqT) return wg_dq.partition_fragment_A(sKt);
+    else return wg_dq.partition_fragment_B(dq_b(0));
+  }();
+  Tensor tDQrPT = [&] {
+    if constexpr (kDqT) return tDQrDS;
+    else return wg_dq.partition_fragment_A(sPT);
+  }();
+  Tensor tDQrKt1 = [&] {
+    if constexpr (kDqT) return tDQrKt;
+    else return wg_dq.partition_fragment_B(dq_b(1));
+  }();
   // dS~ (and P~) registers -> shared memory with stmatrix. The accumulator's rows are keys and its
   // column pairs adjacent queries; dQ's A operand wants the queries contiguous, so 8 queries of one
   // key are one 16-byte row of a non-transposed 8x8 stmatrix block: 4 instructions per thread
@@ -637,8 +683,12 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   // 64 queries, the next swizzle atom, 1024 bytes on (added, not XORed: the buffer is only
   // 1024-aligned, so bit 10 of the address may be set; session 39's first form XORed it and the
   // GPU test caught dQ reading unwritten rows. The host test now places the buffer so.)
+  // The 80-row pass (kDqT; dS~ in a 32-byte-swizzled MN-major layout) takes them alike by a
+  // simpler rule: block k (16 queries) at the lane's first address + 256 k, no XOR (CuTe's
+  // partition says so for every lane: tests/host/ds_store_addresses.cu); through CuTe's copy its
+  // address arithmetic left too few registers, and ptxas serialized every WGMMA (C7512).
   constexpr bool kDsByAddress = Traits::kDqHere && !kGProj && !Traits::kDqPerWg &&
-                                (kBlockM == 64 || (Traits::kFa3Ab & 32));
+                                (kBlockM == 64 || kDqT || (Traits::kFa3Ab & 32));
   constexpr int kDsStageBytes = kBlockM * kBlockN * int(sizeof(Element));
   static_assert(kDsStageBytes % 1024 == 0, "a dS~ stage moves no swizzled address bit");
   constexpr int kDsBlocks = kBlockM / 16;  // x4 stmatrix blocks (8 values each) per lane
@@ -646,7 +696,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   if constexpr (kDsByAddress) {
     static_assert(decltype(size(tRSsDS(_, _, _, 0)))::value == 8 * kDsBlocks &&
                       decltype(size<1>(tRSsDS) * size<2>(tRSsDS))::value == 1,
-                  "4 or 8 x4 stmatrix blocks per lane (the layouts the XOR rule was checked on)");
+                  "4, 5 or 8 x4 stmatrix blocks per lane (the layouts the rules were checked on)");
     ds_addr0 = static_cast<uint32_t>(__cvta_generic_to_shared(&tRSsDS(0, 0, 0, 0)));
   }
 
@@ -659,7 +709,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   clear(tdKrdK);
   clear(tdVrdV);
   Tensor tdKcdK = thr_kv.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
-  Tensor tdQcdQ = thr_dq.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  // (gproj's λ rows of dQ; kDqT: transposed, unused)
+  Tensor tdQcdQ = thr_dq.partition_C(make_identity_tensor(
+      std::conditional_t<kDqT, Shape<Int<kHeadDim>, Int<kBlockM>>, Shape<Int<kBlockM>, Int<kHeadDim>>>{}));
   // gproj: per key row, Σ over the head's queries of A, across tiles as an fp32 pair (~48 bits,
   // PairSum: it is multiplied by the large query mean c_q in the rank-one update); inside a tile
   // the lane's 16 terms are summed in fp32 first (error ~16 ulp of one term, far below the dK
@@ -702,6 +754,23 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       cute::cp_async_fence();
       return;
     }
+    if constexpr (kDqT) {
+      // 80-row tiles: the first 160 consumer threads copy one value each (delta or lse2 of one
+      // row; warps 0-4, so the fifth warp's lanes split between the fields), the address formed
+      // per tile from the parameters (kRowsAllWarps' addresses held across the loop cost four
+      // registers, and this pass has none to spare: S^T, dP^T 40 each, dK, dV 64 each)
+      static_assert(Traits::kLse2InRowstate && Traits::kRowCopies == 1, "fa3 mode's {delta, lse2}");
+      if (it < n_items && tid < 2 * kBlockM) {
+        const int slot = tid % kBlockM, field = tid / kBlockM;
+        const int i = mb * kBlockM + slot;
+        const bool ok = i < seq.nq;
+        const int64_t idx = ok ? rowstat_index(p, b, h, seq.q_start + i) : 0;
+        float* dst = field == 0 ? &ss.row_delta[0][it & 1][slot] : &ss.row_lse2[0][it & 1][slot];
+        cp_async_zfill(dst, reinterpret_cast<const float*>(p.rowstate) + 4 * idx + field, ok);
+      }
+      cute::cp_async_fence();
+      return;
+    }
     if (row_lane && it < n_items) {
       CUTLASS_PRAGMA_UNROLL
       for (int k = 0; k < kRowsPerLane; ++k) {
@@ -740,7 +809,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     // of the kv head's query heads). The producer's K / V / Q / dO loads read nothing of it and
     // go ahead.
     if constexpr (kWaitsForRows) {
-      if (p.pair_counters && (row_lane || Traits::kRowsAllWarps))
+      if (p.pair_counters && (row_lane || Traits::kRowsAllWarps || kDqT))
         counter_wait_acquire(reinterpret_cast<const int*>(p.pair_counters) + b * p.heads_k + hk,
                              seq.nq * (p.heads / p.heads_k));
     }
@@ -790,6 +859,21 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       // entries the mask hides are zeroed in a second pass, only on tiles the mask cuts.
       Tensor s_rc = make_tensor(tSrS.data(), acc_rowcol(tSrS.layout()));
       Tensor dp_rc = make_tensor(tSrDP.data(), acc_rowcol(tSrDP.layout()));
+      // kDqT (80-row tiles): the mask's hidden scores set to -inf before the exp2 pass, which then
+      // gives exactly the +0 the pass after it would store (lse2 is finite, or +inf for a row
+      // that sees no key: -inf - inf is still -inf). Why here: after the exp2s, the masked
+      // branch's merge made ptxas move the eleven P values it could not keep in place through
+      // local memory on every tile (STL / LDL pairs; the pass has no register to spare).
+      if constexpr (kDqT) {
+        if (mb < q_full_lo || mb >= q_full_hi) {
+          CUTLASS_PRAGMA_UNROLL
+          for (int j = 0; j < size<1>(s_rc); ++j)
+            CUTLASS_PRAGMA_UNROLL
+            for (int r = 0; r < kRows; ++r)
+              if (!mask.visible(i0 + get<1>(c_rc(r, j)), n0 + get<0>(c_rc(r, j))))
+                s_rc(r, j) = -INFINITY;
+        }
+      }
       // Columns j, j + 1 (j even) are the adjacent queries qi, qi + 1 (a lane's column pair), so
       // their row state is one 16-byte shared load.
       CUTLASS_PRAGMA_UNROLL
@@ -821,7 +905,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
           }
         }
       }
-      if constexpr (kGProj || (kBlockM != 128 && !(Traits::kFa3Ab & 4))) {
+      if constexpr (kDqT) {
+        // (masked before the exp2s, above)
+      } else if constexpr (kGProj || (kBlockM != 128 && !(Traits::kFa3Ab & 4))) {
         // gproj (at its register limit, session 15) and fa3 mode's 64-row d = 128 pass: the
         // per-element test. (The per-row form below measured -1% at d = 128 causal 2k but +0.5
         // to +1.3% elsewhere, without a mask too, where it does not run: the kernel's code
@@ -902,8 +988,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         const uint32_t a = ds_addr0 + ds_stage * kDsStageBytes;
         CUTLASS_PRAGMA_UNROLL
         for (int k = 0; k < kDsBlocks; ++k)
-          stmatrix_x4((a + uint32_t(1024 * (k / 4))) ^ uint32_t(32 * (k % 4)), src(4 * k),
-                      src(4 * k + 1), src(4 * k + 2), src(4 * k + 3));
+          stmatrix_x4(kDqT ? a + uint32_t(256 * k)
+                           : (a + uint32_t(1024 * (k / 4))) ^ uint32_t(32 * (k % 4)),
+                      src(4 * k), src(4 * k + 1), src(4 * k + 2), src(4 * k + 3));
       } else if constexpr (Traits::kDqHere) {
         copy(r2s, r2s_thr.retile_S(tOrDS), tRSsDS(_, _, _, ds_stage));
       }
@@ -1001,9 +1088,15 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         rows_sync();
         // (the warpgroups' halves of the head dim; kDqPerWg: one half of this warpgroup's)
         constexpr int kDqCols = Traits::kDqPerWg ? kHeadDim / 2 : kHeadDim;
-        Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kDqCols>>{});
-        Tensor tdQrPK = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kDqCols>>{});  // gproj
-        wg_gemm<true>(mma_dq, tDQrDS(_, _, _, ds_stage), tDQrKt, tdQrdQ);  // (kDqPerWg: half 0)
+        // (kDqT: dQ^T, head dim x queries)
+        using DqShape = std::conditional_t<kDqT, Shape<Int<kHeadDim>, Int<kBlockM>>,
+                                           Shape<Int<kBlockM>, Int<kDqCols>>>;
+        Tensor tdQrdQ = partition_fragment_C(mma_dq, DqShape{});
+        Tensor tdQrPK = partition_fragment_C(mma_dq, DqShape{});  // gproj
+        if constexpr (kDqT)
+          wg_gemm<true>(mma_dq, tDQrKt, tDQrDS(_, _, _, ds_stage), tdQrdQ);
+        else
+          wg_gemm<true>(mma_dq, tDQrDS(_, _, _, ds_stage), tDQrKt, tdQrdQ);  // (kDqPerWg: half 0)
         if constexpr (kGProj) {
           wg_gemm<true>(mma_dq, tDQrPT(_, _, _, ds_stage), tDQrKt, tdQrPK);
           warpgroup_wait<0>();
@@ -1073,7 +1166,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         // 128-row tiles: dK waited for here (it ran under the dQ staging), so that dS~'s 32
         // registers are free before the next tile's S and dP (64 + 64): 52 bytes of spill
         // instead of 64.
-        if constexpr (kBlockM == 128 || Traits::kStageFreedAtEnd) warpgroup_wait<0>();
+        // (80-row tiles likewise: dS~'s 20 registers, an operand of the dK GEMM until it ends,
+        // held under the next tile's S^T and dP^T (40 + 40) beside dK and dV made ptxas
+        // serialize every WGMMA of the pass, C7512)
+        if constexpr (kBlockM == 128 || kDqT || Traits::kStageFreedAtEnd) warpgroup_wait<0>();
         if constexpr (Traits::kStageFreedAtEnd) pipe_q.consumer_release(rd);  // dK done: free
       }
       rd_prev = rd;

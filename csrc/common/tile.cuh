@@ -346,11 +346,17 @@ __device__ __forceinline__ int64_t rowstat_index(const AttnParams& p, int b, int
 // tile (rows before b + 64 b) / 64, so every sequence starts a fresh tile whatever the varlen
 // offsets (FlashAttention-3 pads its dQ accumulator the same way). gproj_cuda/ops.py allocates
 // heads * dq_accum_tiles * 64 * D floats, zero-filled.
+// (kRows 80: fa3 mode's 80-row d = 128 pass, GPROJ_BWD_VARIANT 39, whose tiles are 80 x D in
+// dQ^T's accumulator order, dq_accum_t_coord; the same padding rule: sequence b's tiles
+// floor((rows before b + 80 b) / 80) .. hold its ceil(nq / 80) tiles without overlapping b + 1's,
+// since floor(x + y) >= floor(x) + floor(y) and floor((nq + 80) / 80) >= ceil(nq / 80).)
+template <int kRows = 64>
 __host__ __device__ __forceinline__ int dq_tile_base(const AttnParams& p, int b, int q_start) {
-  return ((p.cu_seqlens_q ? q_start : b * p.seqlen_q) + 64 * b) / 64;
+  return ((p.cu_seqlens_q ? q_start : b * p.seqlen_q) + kRows * b) / kRows;
 }
+template <int kRows = 64>
 __host__ __device__ __forceinline__ int dq_accum_tiles(const AttnParams& p) {
-  return ((p.cu_seqlens_q ? p.total_q : p.batch * p.seqlen_q) + 64 * p.batch + 63) / 64;
+  return ((p.cu_seqlens_q ? p.total_q : p.batch * p.seqlen_q) + kRows * p.batch + kRows - 1) / kRows;
 }
 // Inside a tile, warpgroup w's half (64 rows x D/2 columns) holds its WGMMA accumulator in
 // register order: value i of lane t at (i / 4) * 512 + 4 t + i % 4, so that each lane stores
@@ -366,6 +372,18 @@ __host__ __device__ __forceinline__ void dq_accum_coord(int idx, int D, int& row
   const int t = (rem % 512) / 4, i = 4 * (rem / 512) + rem % 4;
   row = 16 * (t / 32) + (t % 32) / 4 + 8 * ((i >> 1) & 1);
   col = w * (D / 2) + 2 * (t % 4) + (i & 1) + 8 * (i >> 2);
+}
+// The 80-row tiles (kRows 80 above): warpgroup w's part is its m64n80 accumulator of dQ^T (rows:
+// head-dim columns w D/2 .. w D/2 + 63, columns: the tile's 80 queries; D = 128 only), value i of
+// lane t at (i / 4) * 512 + 4 t + i % 4 as above, 5120 floats per warpgroup. So the same lane and
+// value give the transposed coordinate: query 2 (t % 4) + (i & 1) + 8 (i >> 2), head-dim column
+// w D/2 + 16 (t / 32) + (t % 32) / 4 + 8 ((i >> 1) & 1). tests/host/dq_accum_layout.cu checks it
+// against CuTe's partition of the pass's dQ^T MMA.
+__host__ __device__ __forceinline__ void dq_accum_t_coord(int idx, int D, int& row, int& col) {
+  const int w = idx / (40 * D), rem = idx % (40 * D);
+  const int t = (rem % 512) / 4, i = 4 * (rem / 512) + rem % 4;
+  row = 2 * (t % 4) + (i & 1) + 8 * (i >> 2);
+  col = w * (D / 2) + 16 * (t / 32) + (t % 32) / 4 + 8 * ((i >> 1) & 1);
 }
 
 // The split group's workspace (AttnParams::kv_head_splits, params.h's dkv_accum) starts at zero:

@@ -30,8 +30,11 @@ constexpr int kPrepostRows = 64, kPrepostThreads = 256;
 // sums reduced over its lane group. With p.dq_accum set (fa3 mode), the tile's dq_accum rows are
 // zero-filled here, which saves the caller a memset pass over it (measured 0.03 ms at 16k tokens
 // x 2048; bench/NOTES.md session 8); so is fa3 mode's split-group workspace (kv_head_splits,
-// zero_split_sums_share).
-template <typename T, int D>
+// zero_split_sums_share). kDqRows: the rows of dq_accum's tiles (tile.cuh; 80 for the 80-row
+// pass): block mb zeroes floats [64 mb D, 64 (mb + 1) D) of the sequence's part of a head's
+// dq_accum, the sequence's last block everything from there to the end of its last tile
+// (ceil(nq / kDqRows) kDqRows D floats: at least the nq D the blocks before reach).
+template <typename T, int D, int kDqRows = 64>
 __global__ void __launch_bounds__(kPrepostThreads) delta_kernel(const AttnParams p) {
   constexpr int kLanesPerRow = D / 8, kRowsPerPass = kPrepostThreads / kLanesPerRow;
   const GridTile gt = block_tile(p, p.cu_seqlens_q, p.heads);
@@ -45,11 +48,21 @@ __global__ void __launch_bounds__(kPrepostThreads) delta_kernel(const AttnParams
                                    : nullptr;
   if (rows_done && threadIdx.x == 0) pdl_launch_dependents();
   if (p.dq_accum) {
-    float4* acc = reinterpret_cast<float4*>(reinterpret_cast<float*>(p.dq_accum) +
-        (int64_t(h) * dq_accum_tiles(p) + dq_tile_base(p, b, seq.q_start) + mb) * (64 * D));
+    float4* acc = reinterpret_cast<float4*>(
+        reinterpret_cast<float*>(p.dq_accum) +
+        (int64_t(h) * dq_accum_tiles<kDqRows>(p) + dq_tile_base<kDqRows>(p, b, seq.q_start)) *
+            (kDqRows * D) + int64_t(mb) * (64 * D));
+    if constexpr (kDqRows == 64) {
 #pragma unroll
-    for (int i = threadIdx.x; i < 64 * D / 4; i += kPrepostThreads)
-      acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+      for (int i = threadIdx.x; i < 64 * D / 4; i += kPrepostThreads)
+        acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    } else {
+      const bool last = (mb + 1) * kPrepostRows >= seq.nq;
+      const int end = last ? ((seq.nq + kDqRows - 1) / kDqRows * kDqRows - mb * 64) * (D / 4)
+                           : 64 * D / 4;
+      for (int i = threadIdx.x; i < end; i += kPrepostThreads)
+        acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
   }
   // (fa3 mode's split group: its workspace starts at zero, one share per block)
   if (p.kv_head_splits > 1)
@@ -92,15 +105,18 @@ __global__ void __launch_bounds__(kPrepostThreads) delta_kernel(const AttnParams
 // loads in flight at once, rounds into a row-major copy in shared memory, then writes whole
 // 16-byte row chunks (the accumulator order scatters adjacent value pairs over 8 rows: stored
 // straight, 4-byte stores measured 0.127 ms at 16k tokens x 2048, 2.3x cuDNN's dQ conversion).
-template <typename T, int D>
+// kRows 80: the 80-row pass's tiles (dQ^T's accumulator order, dq_accum_t_coord), a block each.
+template <typename T, int D, int kRows = 64>
 __global__ void __launch_bounds__(kPrepostThreads) dq_finish_kernel(const AttnParams p) {
+  static_assert(kRows == 64 || (kRows == 80 && D == 128), "64-row tiles, or 80 at d = 128");
   // (row pitch D + 8: the 4-byte writes of a warp's 8 rows fall in different banks)
-  constexpr int kLoads = 64 * D / (4 * kPrepostThreads), kPitch = D + 8;
-  __shared__ __align__(16) T tile[64 * kPitch];
+  constexpr int kLoads = kRows * D / (4 * kPrepostThreads), kPitch = D + 8;
+  static_assert(kLoads * 4 * kPrepostThreads == kRows * D, "whole float4 loads per thread");
+  __shared__ __align__(16) T tile[kRows * kPitch];
   const GridTile gt = block_tile(p, p.cu_seqlens_q, p.heads);
   const int mb = gt.tile, h = gt.head, b = gt.batch;
   const SeqBounds seq(p, b);
-  if (mb * 64 >= seq.nq) {
+  if (mb * kRows >= seq.nq) {
     if (p.pair_counters) pdl_wait_primary_in_last_block(threadIdx.x == 0);  // (as at the end)
     return;
   }
@@ -116,7 +132,7 @@ __global__ void __launch_bounds__(kPrepostThreads) dq_finish_kernel(const AttnPa
     __syncthreads();
   }
   const float* acc = reinterpret_cast<const float*>(p.dq_accum) +
-                     (int64_t(h) * dq_accum_tiles(p) + dq_tile_base(p, b, seq.q_start) + mb) * (64 * D);
+                     (int64_t(h) * dq_accum_tiles<kRows>(p) + dq_tile_base<kRows>(p, b, seq.q_start) + mb) * (kRows * D);
   float4 x[kLoads];
 #pragma unroll
   for (int l = 0; l < kLoads; ++l)
@@ -124,21 +140,30 @@ __global__ void __launch_bounds__(kPrepostThreads) dq_finish_kernel(const AttnPa
 #pragma unroll
   for (int l = 0; l < kLoads; ++l) {
     const float v[4] = {x[l].x, x[l].y, x[l].z, x[l].w};
+    if constexpr (kRows == 64) {
 #pragma unroll
-    for (int e = 0; e < 4; e += 2) {  // values e, e + 1: one row, adjacent columns
-      int row, col;
-      dq_accum_coord(4 * (threadIdx.x + l * kPrepostThreads) + e, D, row, col);
-      *reinterpret_cast<uint32_t*>(&tile[row * kPitch + col]) =
-          pack2<T>(__fmul_rn(p.softmax_scale, v[e]), __fmul_rn(p.softmax_scale, v[e + 1]));
+      for (int e = 0; e < 4; e += 2) {  // values e, e + 1: one row, adjacent columns
+        int row, col;
+        dq_accum_coord(4 * (threadIdx.x + l * kPrepostThreads) + e, D, row, col);
+        *reinterpret_cast<uint32_t*>(&tile[row * kPitch + col]) =
+            pack2<T>(__fmul_rn(p.softmax_scale, v[e]), __fmul_rn(p.softmax_scale, v[e + 1]));
+      }
+    } else {  // (dQ^T's order: values e, e + 1 are adjacent rows of one column)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        int row, col;
+        dq_accum_t_coord(4 * (threadIdx.x + l * kPrepostThreads) + e, D, row, col);
+        tile[row * kPitch + col] = from_float<T>(__fmul_rn(p.softmax_scale, v[e]));
+      }
     }
   }
   __syncthreads();
   T* dq = reinterpret_cast<T*>(p.dq) + b * p.dq_stride[0] + h * p.dq_stride[2];
   constexpr int kChunks = D / 8;
 #pragma unroll
-  for (int c = threadIdx.x; c < 64 * kChunks; c += kPrepostThreads) {
+  for (int c = threadIdx.x; c < kRows * kChunks; c += kPrepostThreads) {
     const int row = c / kChunks, col = (c % kChunks) * 8;
-    const int i = mb * 64 + row;
+    const int i = mb * kRows + row;
     if (i < seq.nq)
       *reinterpret_cast<uint4*>(dq + int64_t(seq.q_start + i) * p.dq_stride[1] + col) =
           *reinterpret_cast<const uint4*>(&tile[row * kPitch + col]);
@@ -146,24 +171,24 @@ __global__ void __launch_bounds__(kPrepostThreads) dq_finish_kernel(const AttnPa
   if (p.pair_counters) pdl_wait_primary_in_last_block(threadIdx.x == 0);  // (after its primary)
 }
 
-template <typename T, int D>
+template <typename T, int D, int kDqRows = 64>
 void launch_delta(const AttnParams& p) {
   AttnParams q = p;
   dim3 grid((p.seqlen_q + kPrepostRows - 1) / kPrepostRows, p.heads, p.batch);
   if (grid.x == 0) return;
   slot_grid(q, kPrepostRows, p.total_q, p.heads, grid);  // (varlen)
-  delta_kernel<T, D><<<grid, kPrepostThreads, 0, reinterpret_cast<cudaStream_t>(p.stream)>>>(q);
+  delta_kernel<T, D, kDqRows><<<grid, kPrepostThreads, 0, reinterpret_cast<cudaStream_t>(p.stream)>>>(q);
   check_cuda(cudaGetLastError(), "backward delta pre-pass");
 }
 
-template <typename T, int D>
+template <typename T, int D, int kRows = 64>
 void launch_dq_finish(const AttnParams& p) {
   AttnParams q = p;
-  dim3 grid((p.seqlen_q + 63) / 64, p.heads, p.batch);
+  dim3 grid((p.seqlen_q + kRows - 1) / kRows, p.heads, p.batch);
   if (grid.x == 0) return;
-  slot_grid(q, 64, p.total_q, p.heads, grid);  // (varlen)
+  slot_grid(q, kRows, p.total_q, p.heads, grid);  // (varlen)
   // pair_counters: the previous pass's programmatic dependent (variant 12: after it, counting)
-  check_cuda(launch_kernel(dq_finish_kernel<T, D>, grid, dim3(kPrepostThreads), 0,
+  check_cuda(launch_kernel(dq_finish_kernel<T, D, kRows>, grid, dim3(kPrepostThreads), 0,
                            reinterpret_cast<cudaStream_t>(p.stream),
                            p.pair_counters != 0 && bwd_variant() != 12, q),
              "backward dQ finish");

@@ -8,8 +8,12 @@
 // kernel's own SmemLayoutDSt and stmatrix tiled copy: value block k of the lane starts at that
 // address, and its 8 values are 16 contiguous bytes. Two layouts: the 64-row pass (d = 128, four
 // blocks a lane, the default since session 37) and the 128-row pass (d = 64, eight blocks,
-// GPROJ_BWD_VARIANT 26 / 27 since session 39). And the d = 256 pass's P~ / dS~ stores by
-// address (check_dkvt below).
+// GPROJ_BWD_VARIANT 26 / 27 since session 39). The 80-row pass (d = 128, variant 39, five blocks,
+// a 32-byte swizzle) by its own rule: block k at base + 256 k. And the d = 256 pass's P~ / dS~
+// stores by address (check_dkvt below).
+// (The extended WGMMA shapes as the d = 128 / 256 translation units have them: without the
+// macro CuTe builds an N = 80 tile from five N = 16 atoms, whose copy partition differs.)
+#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
 #include <cstdio>
 #include <cstdint>
 
@@ -23,6 +27,7 @@ template <class Traits>
 void check_traits(const char* name) {
   using Element = typename Traits::Element;
   static_assert(Traits::kDsStages == 2, "two dS~ stages");
+  constexpr bool kAdditive = Traits::kDqT;  // (80 rows: base + 256 k)
   constexpr int kStageBytes = Traits::kBlockM * Traits::kBlockN * int(sizeof(Element));
   constexpr int kBlocks = Traits::kBlockM / 16;  // x4 stmatrix blocks of 8 values per lane
   typename Traits::TiledMmaSdP mma;
@@ -44,7 +49,8 @@ void check_traits(const char* name) {
     const long base = reinterpret_cast<const char*>(&t(0, 0, 0, 0)) - b0;
     for (int s = 0; s < 2; ++s)
       for (int k = 0; k < kBlocks; ++k) {
-        const long want = (base + s * kStageBytes + 1024 * (k / 4)) ^ (32 * (k % 4));
+        const long want = kAdditive ? base + s * kStageBytes + 256 * k
+                                    : (base + s * kStageBytes + 1024 * (k / 4)) ^ (32 * (k % 4));
         for (int e = 0; e < 8; ++e) {
           const long got = reinterpret_cast<const char*>(&t(8 * k + e, 0, 0, s)) - b0;
           CHECK(got == want + 2 * e, "%s: lane %d stage %d block %d value %d at %ld, want %ld\n",
@@ -89,6 +95,8 @@ void check_type(const char* name) {
   check_traits<gproj::sm90::BwdKvTraits<T, 128, false>>(name);  // fa3 mode's d = 128 default
   // the d = 64 128-row pass with its dS~ stores by address (variant 26)
   check_traits<gproj::sm90::BwdKvTraits<T, 64, false, 3, true, 2, 128, false, true, 32>>(name);
+  // fa3 mode's 80-row d = 128 pass (variant 39)
+  check_traits<gproj::sm90::BwdKvTraits<T, 128, false, 3, true, 2, 80>>(name);
 }
 
 int main() {

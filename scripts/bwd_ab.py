@@ -14,7 +14,7 @@ VsS (e.g. 20s2) also sets GPROJ_BWD_KV_SPLITS=S for its calls (fa3 mode's GQA gr
 AB_FA3_BWD=DIR adds "FA3": FlashAttention-3's own backward, built from its upstream source as a
 standalone library (DIR holds its ctypes wrapper fa3bwd.py and libfa3bwd.so; bench/fa3_bwd/README.md
 says how to build it), fed by FlashAttention-3's forward wheel (flash_attn_interface) on the same
-inputs. (Dense batches only.)
+inputs, or where the wheel is not importable by our fa3 mode's forward. (Dense batches only.)
 The backward gets the forward's key shift, as the ops hand it over; AB_NO_SHIFT=1 makes it find
 the shift itself."""
 import os
@@ -64,9 +64,16 @@ def candidates(c, variants, lib=None, fa3_variants=("0",)):
                 do, q, k, v, out, st, None, None, n, n, s, -1, wr, m, hopper=True))))
     if os.environ.get("AB_FA3_BWD") and not c.varlen_mean:
         fa3_bwd = load_fa3_backward(os.environ["AB_FA3_BWD"])
-        import flash_attn_interface
-        fo = flash_attn_interface._flash_attn_forward(q, k, v, softmax_scale=s, causal=c.causal)
-        out_f, lse_f = fo[0], fo[1]
+        try:
+            import flash_attn_interface
+            fo = flash_attn_interface._flash_attn_forward(q, k, v, softmax_scale=s,
+                                                          causal=c.causal)
+            out_f, lse_f = fo[0], fo[1]
+        except ImportError:
+            # (without the forward wheel, too large to carry beside two builds: our fa3 mode's
+            # forward, FlashAttention-3's arithmetic, whose lse has the same meaning and layout,
+            # natural log, (B, H, N) fp32)
+            out_f, lse_f, _ = forward_cuda(q, k, v, None, None, n, n, s, -1, wr, "fa3")
         cands.append(("FA3", None, lambda: fa3_bwd.backward(q, k, v, out_f, do, lse_f, c.causal, s)))
     return cands
 

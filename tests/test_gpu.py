@@ -1487,11 +1487,11 @@ def test_fa3_backward_grouped_grid_changes_no_dk_dv_bit(d, gqa, monkeypatch):
     (64, "20", None, False), (128, "20", None, False), (128, "20", None, True), (128, "21", None, False), (128, "21", None, True),
     (64, "22", None, False), (128, "22", None, False), (128, "0", "2", False),
     (128, "20", "2", False), (64, "20", "4", False), (256, "0", "2", False),
-    (256, "0", "1", False)],
+    (256, "0", "1", False), (128, "39", None, False), (128, "39", None, True)],
     ids=["tiles-outer-d64", "tiles-outer-d128", "tiles-outer-varlen",
          "tiles-outer-all", "tiles-outer-all-varlen", "per-head-d64", "per-head-d128",
          "halves-d128", "halves-tiles-outer", "quarters-tiles-outer-d64", "halves-d256",
-         "whole-group-d256"])
+         "whole-group-d256", "rows80-d128", "rows80-varlen"])
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
 def test_fa3_backward_gqa_work_orders(d, variant, splits, varlen, causal, monkeypatch):
     """Session 38's GQA forms of fa3 mode's KV-outer pass against its default: variants 20 / 21,
@@ -1500,7 +1500,9 @@ def test_fa3_backward_gqa_work_orders(d, variant, splits, varlen, causal, monkey
     GPROJ_BWD_KV_SPLITS=S, the kv head's query heads split over S blocks per key tile (22: one
     per query head) whose fp32 dK / dV partials are summed in a workspace and stored by the
     tile's last block (AttnParams::kv_head_splits; at d = 256 in the transposed pass's 80-key
-    tiles since session 40). Many tiles per block (eight query heads of
+    tiles since session 40); variant 39 (session 44), the 80-row d = 128 pass with dQ transposed
+    and dq_accum in 80-row tiles (varlen: an empty sequence, each sequence's tiles padded apart).
+    Many tiles per block (eight query heads of
     ~940-1000 rows, partial last tiles, several sequences): the same sums in another order, so
     dQ, dK and dV within bf16 rounding of the default's, and against float64 within 1.5x the
     emulator's error."""

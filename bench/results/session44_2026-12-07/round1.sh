@@ -19,10 +19,10 @@ if [ $PART = a ]; then
   timeout 300 python3 -m pytest tests/test_gpu.py -q -p no:cacheprovider > $OUT/gpu_suite.txt 2>&1
   echo "$(el) suite rc=$?"; tail -2 $OUT/gpu_suite.txt; grep -E "^FAILED" $OUT/gpu_suite.txt | head -12
   for tool in memcheck racecheck; do
-    SANITIZE_ONLY_GQA_ORDERS=1 SANITIZE_VARIANTS=39 timeout 100 compute-sanitizer --tool $tool --print-limit 5 python3 scripts/sanitize_case.py > $OUT/sanitize_v39_$tool.txt 2>&1
+    SANITIZE_ONLY_GQA_ORDERS=1 SANITIZE_VARIANTS=39 timeout 80 compute-sanitizer --tool $tool --print-limit 5 python3 scripts/sanitize_case.py > $OUT/sanitize_v39_$tool.txt 2>&1
     echo "$(el) v39 $tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' $OUT/sanitize_v39_$tool.txt | tail -1)"
   done
-  (cd scripts && AB_REPS=9 AB_FA3_VARIANTS=0,39 AB_FA3_BWD=$PWD/../_wheels/fa3bwd_run timeout 170 python3 bwd_ab.py 0 128,2048 128,4096 128,8192 128,16384 128,4096,causal 128,4096,gqa > $OUT/ab_v39.txt 2>&1); echo "$(el) ab v39 rc=$?"; cat $OUT/ab_v39.txt
+  (cd scripts && AB_REPS=7 AB_FA3_VARIANTS=0,39 AB_FA3_BWD=$PWD/../_wheels/fa3bwd_run timeout 150 python3 bwd_ab.py 0 128,2048 128,8192 128,16384 128,4096,causal 128,4096,gqa > $OUT/ab_v39.txt 2>&1); echo "$(el) ab v39 rc=$?"; cat $OUT/ab_v39.txt
 else
   xz -dc _wheels/_C_base.so.xz > /tmp/base_C.so || exit 1
   for tool in memcheck racecheck synccheck; do

@@ -3,7 +3,8 @@ under the profiler run once each after a warm-up, so `ncu -k regex:... -s 1 -c 1
 steady-state launch. Usage: python scripts/ncu_case.py NUMERICS N [HDIM] [causal]
 NUMERICS "upstream": FlashAttention-3's own forward (the `tokenspeed-fa3` wheel's
 flash_attn_interface, forward only), for a side-by-side profile; "upstream_bwd": its forward, then
-its backward from the standalone build in FA3_BWD_DIR (bench/fa3_bwd/README.md)."""
+its backward from the standalone build in FA3_BWD_DIR (bench/fa3_bwd/README.md), fed by our fa3
+mode's forward where the wheel is not importable. GPROJ_BWD_VARIANT picks our backward's form."""
 import os
 import sys
 
@@ -32,11 +33,14 @@ def main():
         print(f"upstream FA3 forward N={n} d={d} causal={causal}: ok")
         return
     if numerics == "upstream_bwd":
-        import flash_attn_interface
         from bwd_ab import load_fa3_backward
         fa3bwd = load_fa3_backward(os.environ["FA3_BWD_DIR"])
-        out, lse = flash_attn_interface._flash_attn_forward(q, k, v, softmax_scale=s,
-                                                            causal=causal)[:2]
+        try:
+            import flash_attn_interface
+            out, lse = flash_attn_interface._flash_attn_forward(q, k, v, softmax_scale=s,
+                                                                causal=causal)[:2]
+        except ImportError:  # (no forward wheel carried: our fa3 mode's, the same lse)
+            out, lse, _ = forward_cuda(q, k, v, None, None, n, n, s, -1, wr, "fa3")
         for _ in range(2):
             dq, dk, dv = fa3bwd.backward(q, k, v, out, do, lse, causal, s)
         torch.cuda.synchronize()

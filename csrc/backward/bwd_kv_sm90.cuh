@@ -756,7 +756,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     }
     if constexpr (kDqT) {
       // 80-row tiles: the first 160 consumer threads copy one value each (delta or lse2 of one
-      // row; warps 0-4, so the fifth warp's lanes split between the fields), the address formed
+      // row; warps 0-4, the third warp's lanes split between the two fields), the address formed
       // per tile from the parameters (kRowsAllWarps' addresses held across the loop cost four
       // registers, and this pass has none to spare: S^T, dP^T 40 each, dK, dV 64 each)
       static_assert(Traits::kLse2InRowstate && Traits::kRowCopies == 1, "fa3 mode's {delta, lse2}");

@@ -64,16 +64,7 @@ def candidates(c, variants, lib=None, fa3_variants=("0",)):
                 do, q, k, v, out, st, None, None, n, n, s, -1, wr, m, hopper=True))))
     if os.environ.get("AB_FA3_BWD") and not c.varlen_mean:
         fa3_bwd = load_fa3_backward(os.environ["AB_FA3_BWD"])
-        try:
-            import flash_attn_interface
-            fo = flash_attn_interface._flash_attn_forward(q, k, v, softmax_scale=s,
-                                                          causal=c.causal)
-            out_f, lse_f = fo[0], fo[1]
-        except ImportError:
-            # (without the forward wheel, too large to carry beside two builds: our fa3 mode's
-            # forward, FlashAttention-3's arithmetic, whose lse has the same meaning and layout,
-            # natural log, (B, H, N) fp32)
-            out_f, lse_f, _ = forward_cuda(q, k, v, None, None, n, n, s, -1, wr, "fa3")
+        out_f, lse_f = fa3_forward_for_backward(q, k, v, s, c.causal)
         cands.append(("FA3", None, lambda: fa3_bwd.backward(q, k, v, out_f, do, lse_f, c.causal, s)))
     return cands
 
@@ -89,6 +80,22 @@ def with_splits(splits, fn):
         os.environ.pop("GPROJ_BWD_KV_SPLITS", None)
         if old is not None:
             os.environ["GPROJ_BWD_KV_SPLITS"] = old
+
+
+def fa3_forward_for_backward(q, k, v, scale, causal):
+    """(out, lse) for FlashAttention-3's backward: its forward wheel's (flash_attn_interface) or,
+    where that is not importable (too large to carry beside two builds of ours), our fa3 mode's
+    forward, FlashAttention-3's arithmetic, whose lse has the same meaning and layout (natural
+    log, (B, H, N) fp32). Dense batches."""
+    try:
+        import flash_attn_interface
+    except ImportError:
+        n = q.shape[1]
+        out, lse, _ = forward_cuda(q, k, v, None, None, n, n, scale, -1, 0 if causal else -1,
+                                   "fa3")
+        return out, lse
+    return flash_attn_interface._flash_attn_forward(q, k, v, softmax_scale=scale,
+                                                     causal=causal)[:2]
 
 
 def load_fa3_backward(path):

@@ -33,14 +33,9 @@ def main():
         print(f"upstream FA3 forward N={n} d={d} causal={causal}: ok")
         return
     if numerics == "upstream_bwd":
-        from bwd_ab import load_fa3_backward
+        from bwd_ab import fa3_forward_for_backward, load_fa3_backward
         fa3bwd = load_fa3_backward(os.environ["FA3_BWD_DIR"])
-        try:
-            import flash_attn_interface
-            out, lse = flash_attn_interface._flash_attn_forward(q, k, v, softmax_scale=s,
-                                                                causal=causal)[:2]
-        except ImportError:  # (no forward wheel carried: our fa3 mode's, the same lse)
-            out, lse, _ = forward_cuda(q, k, v, None, None, n, n, s, -1, wr, "fa3")
+        out, lse = fa3_forward_for_backward(q, k, v, s, causal)
         for _ in range(2):
             dq, dk, dv = fa3bwd.backward(q, k, v, out, do, lse, causal, s)
         torch.cuda.synchronize()

@@ -138,7 +138,7 @@ struct BwdKvTraits {
                                   : kBlockM_ == 80 ? (kFa3Ab_ & ~7) == 0
                                                    : (kFa3Ab_ & ~248) == 0)),
                 "the A/B bits are for fa3 mode's 64-row pass (bits 8, 16, 64, 128: also the "
-                "128-row one; bit 32: the 128-row one only)");
+                "128-row one; bit 32: the 128-row one only; the 80-row one: bits 1, 2, 4 only)");
   static constexpr bool kRotated = (kFa3Ab_ & 64) != 0;
   // Who copies a tile's row state (delta, lse2) into shared memory, a tile ahead. By default the
   // first warp of each consumer warpgroup, 32 (d = 128) or 64 (d = 64) rows, two cp.async each:
@@ -212,8 +212,8 @@ struct BwdKvTraits {
   // buffer 40 KB = 224 KB (so one staging buffer, not the 64-row pass's two).
   static constexpr bool kDqT = kBlockM_ == 80;
   static_assert(!kDqT || (kDqHere_ && !kGProj_ && kHeadDim_ == 128 && kMmaWGs_ == 2 &&
-                          !kDqPerWg_ && !kDqSplitM_ && (kFa3Ab_ & ~7) == 0),
-                "80-row tiles: fa3 mode at d = 128, dQ transposed, no other A/B bits but 1, 2, 4");
+                          !kDqPerWg_ && !kDqSplitM_),
+                "80-row tiles: fa3 mode at d = 128, dQ transposed by two warpgroups");
   static constexpr int kDqSubTiles = kDqT ? 1 : kBlockM / 64;  // dq_accum tiles per query tile
   // floats: a warpgroup's half of a 64-row tile (kDqT: its 64 head-dim columns of the 80 rows)
   static constexpr int kDqHalf = kDqT ? kBlockM_ * kHeadDim_ / 2 : 64 * kHeadDim_ / 2;

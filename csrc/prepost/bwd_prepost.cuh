@@ -52,17 +52,14 @@ __global__ void __launch_bounds__(kPrepostThreads) delta_kernel(const AttnParams
         reinterpret_cast<float*>(p.dq_accum) +
         (int64_t(h) * dq_accum_tiles<kDqRows>(p) + dq_tile_base<kDqRows>(p, b, seq.q_start)) *
             (kDqRows * D) + int64_t(mb) * (64 * D));
-    if constexpr (kDqRows == 64) {
-#pragma unroll
-      for (int i = threadIdx.x; i < 64 * D / 4; i += kPrepostThreads)
-        acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-    } else {
-      const bool last = (mb + 1) * kPrepostRows >= seq.nq;
-      const int end = last ? ((seq.nq + kDqRows - 1) / kDqRows * kDqRows - mb * 64) * (D / 4)
-                           : 64 * D / 4;
-      for (int i = threadIdx.x; i < end; i += kPrepostThreads)
-        acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    int end = 64 * D / 4;  // (float4s; 64-row tiles: the block's own tile, a constant)
+    if constexpr (kDqRows != 64) {
+      if ((mb + 1) * kPrepostRows >= seq.nq)  // the sequence's last block: to its last tile's end
+        end = ((seq.nq + kDqRows - 1) / kDqRows * kDqRows - mb * 64) * (D / 4);
     }
+#pragma unroll
+    for (int i = threadIdx.x; i < end; i += kPrepostThreads)
+      acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
   // (fa3 mode's split group: its workspace starts at zero, one share per block)
   if (p.kv_head_splits > 1)

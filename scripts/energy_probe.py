@@ -5,6 +5,9 @@ call, follows the energy per call. Prints, per shape and candidate: median ms pe
 per call (mJ), mean power (W), median SM clock (MHz) over the window.
 Run on a GPU: python scripts/energy_probe.py [--seconds 2] [--modes fa3,gproj] [--no-fa3]
     [--env NAME=V1,V2,...] [d,N[,causal][,gqa] ...]
+--bwd V1,V2,...: the backward instead (bwd_ab.py's candidates: cuDNN, fa3 mode with those
+GPROJ_BWD_VARIANT values, gproj's default, and FlashAttention-3's backward where AB_FA3_BWD names
+its folder), the same window per candidate.
 --env makes one candidate per value of that switch and mode (the kernels read GPROJ_FWD_AB,
 GPROJ_TILE_ORDER and GPROJ_FWD_VARIANT at every call; "-" leaves it unset)."""
 import argparse
@@ -70,6 +73,7 @@ def main():
     ap.add_argument("--modes", default="fa3,gproj")
     ap.add_argument("--no-fa3", action="store_true", help="leave FlashAttention-3 out")
     ap.add_argument("--env", default=None, help="NAME=V1,V2,...: a candidate per value")
+    ap.add_argument("--bwd", default=None, help="V1,V2,...: the backward, fa3 mode's variants")
     ap.add_argument("shapes", nargs="*", default=["128,2048", "64,4096,causal", "256,2048"])
     args = ap.parse_args()
     env_name, env_vals = (args.env.split("=", 1)[0], args.env.split("=", 1)[1].split(",")) \
@@ -78,6 +82,14 @@ def main():
     print(f"{'shape':>16} {'candidate':>12} | {'ms':>7} {'mJ/call':>8} {'W':>6} {'MHz':>6}", flush=True)
     for a in args.shapes:
         c = Case.parse(a)
+        if args.bwd:
+            from bwd_ab import candidates
+            for name, var, fn in candidates(c, ["0"], None, args.bwd.split(",")):
+                os.environ["GPROJ_BWD_VARIANT"] = var or "0"
+                ms, mj, w, mhz = run(fn, args.seconds, nv, h)
+                print(f"{a:>16} {name:>12} | {ms:7.4f} {mj:8.1f} {w:6.0f} {mhz:6.0f}", flush=True)
+            os.environ["GPROJ_BWD_VARIANT"] = "0"
+            continue
         fa = c.fa3()
         cands = [("FA3", None, fa)] if fa and not args.no_fa3 else []
         cands += [(m + ("" if v is None else f" {v}"), v,

@@ -18,5 +18,5 @@ CAUSAL=causal GPROJ_BWD_VARIANT=0 MODES="upstream_bwd fa3" KERNS=bwd_kv_sm90 D=1
 (cd $OUT && for f in *.txt; do case $f in *regions.txt) ;; *) grep -E "Duration|Throughput|Ipc|Issue Slots|Eligible|Warp Cycles|Stall|stall|Conflicts|Registers|Active Warps|Theoretical Occ|Achieved Occ|Executed Instructions  |DRAM|L2 Hit|Elapsed Cycles|SM Frequency" $f > ${f%.txt}.key ;; esac; done
  for f in *.regions.txt; do echo "== $f"; cat $f; done > regions_all.txt
  for f in *.key; do echo "== $f"; cat $f; done > details_all.txt
- rm -f ./*.ncu-rep ./*.log; xz -9 ./*.sass.csv 2>/dev/null; ls -la; cat details_all.txt | head -80; head -70 regions_all.txt)
+ rm -f ./*.ncu-rep; xz -9 ./*.sass.csv 2>/dev/null; ls -la; cat details_all.txt | head -80; head -70 regions_all.txt)
 echo "$(el) done"

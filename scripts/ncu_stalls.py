@@ -2,6 +2,8 @@
 --print-source sass`, as scripts/ncu_round.sh writes them), side by side: the share of every stall
 reason, the share by opcode (with its top reasons), and the most sampled synchronization and GEMM
 instructions. Usage: python scripts/ncu_stalls.py A.sass.csv [B.sass.csv ...] [--top 20]
+    [--reason wait]   (--reason: also that reason's samples by full opcode, e.g. MUFU.EX2 against
+    HGMMA.64x64x16.F32.BF16: how session 45 compared the d = 64 passes' "wait")
 
 Reading it: a sample lands on the instruction the warp will issue next, so time spent waiting at
 a `BAR.SYNC` shows up on the instruction after it (reason "barrier"), and the wait for an
@@ -38,7 +40,7 @@ def load(path):
     return insts
 
 
-def summarize(path, top):
+def summarize(path, top, reason=None):
     insts = load(path)
     total = sum(sum(st.values()) for *_, st in insts) or 1.0
     by_reason = collections.Counter()
@@ -59,17 +61,26 @@ def summarize(path, top):
     ranked = sorted(((sum(st.values()), a, s, st) for a, s, op, st in insts
                      if op in SYNC_OPS), reverse=True)
     for t, a, s, st in ranked[:top]:
-        reason = max(st, key=st.get)
-        print(f"    {100 * t / total:5.2f}% {a[-6:]} {s[:66]:66s} {reason}")
+        print(f"    {100 * t / total:5.2f}% {a[-6:]} {s[:66]:66s} {max(st, key=st.get)}")
+    if reason:
+        full = collections.Counter()
+        for _, s, _, st in insts:
+            words = [w for w in s.split() if not w.startswith("@")]
+            full[words[0] if words else ""] += st.get(reason, 0.0)
+        n = sum(full.values())
+        print(f"  '{reason}': {int(n)} samples ({100 * n / total:.1f}%), by opcode:")
+        for op, v in full.most_common(12):
+            print(f"    {op:34s} {int(v):8d}  {100 * v / total:5.2f}%")
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("csv", nargs="+")
     ap.add_argument("--top", type=int, default=20)
+    ap.add_argument("--reason", default=None, help="a stall reason, e.g. wait, mio, short_sb")
     a = ap.parse_args()
     for path in a.csv:
-        summarize(path, a.top)
+        summarize(path, a.top, a.reason)
 
 
 if __name__ == "__main__":

@@ -49,7 +49,7 @@ if os.environ.get("SANITIZE_ONLY_GQA_ORDERS") == "1":
                             ("23", ""), ("24", ""), ("25", ""), ("26", ""), ("27", ""),
                             ("28", ""), ("30", ""), ("0", "4"), ("32", ""), ("33", ""),
                             ("33", "2"), ("34", ""), ("36", ""),
-                            ("37", ""), ("39", "")):
+                            ("37", ""), ("39", ""), ("40", "")):
         if not picked(variant + ("s" + splits if splits else "")):
             continue
         os.environ["GPROJ_BWD_VARIANT"] = variant
@@ -62,8 +62,8 @@ if os.environ.get("SANITIZE_ONLY_GQA_ORDERS") == "1":
                 continue
             if variant == "20" and d == 256:
                 continue  # (no tile-major order in the d = 256 pass)
-            if variant == "39" and d != 128:
-                continue  # (the 80-row pass is d = 128's)
+            if variant in ("39", "40") and d != 128:
+                continue  # (the 80-row pass and variant 40's early lse2 are d = 128's)
             for nq, window in ((300, (-1, 0)), (77, (30, 0)), (300, (-1, -1))):
                 q = torch.randn(2, nq, 8, d, device="cuda", dtype=torch.bfloat16,
                                 requires_grad=True)

@@ -1315,7 +1315,7 @@ def check_hopper_backward(q, k, v, do, numerics, causal, window, monkeypatch):
                          ids=["gqa", "square", "mqa"])
 @pytest.mark.parametrize("variant", ["0", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12",
                                      "13", "14", "15", "18", "20", "21", "22", "23", "24",
-                                     "25", "26", "27", "31", "33", "37", "38", "39"],
+                                     "25", "26", "27", "31", "33", "37", "38", "39", "40"],
                          ids=["default", "three-parts", "dq-in-kv", "kv-3wg", "two-parts",
                               "qouter-64keys", "qouter-128keys", "kv-64rows", "kv-96rows",
                               "passes-in-turn", "counted-in-turn", "dq-per-wg-64", "dq-per-wg-128",
@@ -1324,11 +1324,11 @@ def check_hopper_backward(q, k, v, do, numerics, causal, window, monkeypatch):
                               "stage-freed-at-end", "do-ring",
                               "ds-by-address-64", "freed-at-end-ds-by-address",
                               "before-session-39", "rotated-tiles", "rows-by-all-warps",
-                              "before-session-42", "kv-80rows-dq-transposed"])
+                              "before-session-42", "kv-80rows-dq-transposed", "lse2-early"])
 @pytest.mark.parametrize("d", [64, 128])
 def test_hopper_kv_backward(numerics, dtype, causal, window, shape, variant, d, monkeypatch):
     """The Hopper backward (csrc/backward/bwd_kv_sm90.cuh, bwd_lambda_sm90.cuh, d=64/128;
-    GPROJ_BWD_VARIANT 0, 3-15, 18, 20-27, 31, 33, 37, 38 and 39) against the float64 reference
+    GPROJ_BWD_VARIANT 0, 3-15, 18, 20-27, 31, 33, 37-40) against the float64 reference
     (within 1.5x the emulator's error) and the mma.sync passes. Query head 0 and kv head 0 carry an offset of 6: the centering
     removes a coordinate's shift c only where every value lies in [c/2, 2c] = [3, 12], which
     N(0,1) + 6 over a few hundred rows rarely does, so most coordinates keep it; a form that
@@ -1339,7 +1339,7 @@ def test_hopper_kv_backward(numerics, dtype, causal, window, shape, variant, d, 
         pytest.skip(f"variant {variant} changes only fa3 mode's order under a causal-like mask")
     if variant == "22" and (numerics != "fa3" or shape[3] == shape[4]):
         pytest.skip("variant 22 splits only fa3 mode's GQA groups")
-    if variant in ("23", "39") and (numerics != "fa3" or d != 128):
+    if variant in ("23", "39", "40") and (numerics != "fa3" or d != 128):
         pytest.skip(f"variant {variant} is fa3 mode's d = 128 pass")
     if variant in ("24", "25", "27", "31", "33", "37", "38") and numerics != "fa3":
         pytest.skip(f"variant {variant} is fa3 mode's KV-outer pass")
@@ -1380,9 +1380,9 @@ def check_fa3_form_bitwise(variant, b, n, h, hk, d, causal, seed, monkeypatch):
         assert row_rel_err(got[variant][i], ref[j]) < 2e-2, i
 
 
-@pytest.mark.parametrize("variant", ["24", "25", "26", "27", "31"],
+@pytest.mark.parametrize("variant", ["24", "25", "26", "27", "31", "40"],
                          ids=["stage-freed-at-end", "do-ring", "ds-by-address", "both",
-                              "before-session-39"])
+                              "before-session-39", "lse2-early"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("d", [64, 128])
 def test_fa3_backward_release_points_change_no_dk_dv_bit(d, causal, variant, monkeypatch):
@@ -1392,11 +1392,15 @@ def test_fa3_backward_release_points_change_no_dk_dv_bit(d, causal, variant, mon
     how it addresses its dS~ stores (26; 27 with 24, the d = 64 default since; 31 the forms
     before): every GEMM reads the same values in the same order, so dK and dV are bitwise the
     default's, dQ (fp32 reduce-adds across blocks in another order) close; both against
-    float64. Many items per block (GQA over 1300 rows) so that the rings wrap many times."""
+    float64. Many items per block (GQA over 1300 rows) so that the rings wrap many times.
+    Variant 40 (session 45, d = 128) reads the same lse2 values earlier, before the wait for S:
+    P, hence dK and dV, bitwise the default's too."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("needs a Hopper GPU")
     if variant == "26" and d != 64:
         pytest.skip("variant 26 is the d = 64 pass's")
+    if variant == "40" and d != 128:
+        pytest.skip("variant 40 is the d = 128 pass's")
     check_fa3_form_bitwise(variant, 2, 1300, 4, 2, d, causal, 3900 + d + int(causal),
                            monkeypatch)
 

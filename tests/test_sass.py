@@ -74,6 +74,9 @@ KNOWN_SPILLING_VARIANTS = (
     # (variant 39, session 44: fa3 mode's d = 128 pass on 80 x 128 tiles, dQ transposed; 8 bytes
     # in its producer warpgroup, one store and one load in each of two places, as the default's)
     "BwdKvTraits<{t}, 128, false, 3, true, 2, 80, false, false, 0>",
+    # (variant 40, session 45: the d = 128 default with lse2 read before the wait for S; the
+    # default's 8 bytes in its producer warpgroup)
+    "BwdKvTraits<{t}, 128, false, 3, true, 2, 64, false, false, 260>",
 )
 # Default kernels that spill, by choice: the KV-outer pass at d = 64 with 128-row query tiles
 # (FlashAttention-3's 128 x 128 tile there) keeps S^T, dP^T, dK and dV (192 registers) live through

@@ -133,6 +133,9 @@ void hopper_backward(const AttnParams& p_in) {
     } else if (variant == 38) {  // d = 128, variant 38: the default from session 37 to 41, the
                                  // diagonal tiles masked per element (A/B)
       sm90::run_bwd_kv<T, D, false>(p, p.total_q, p.total_k);
+    } else if (variant == 40) {  // d = 128, variant 40: the default with lse2 read before the
+                                 // wait for S (A/B, session 45: kFa3Ab bit 256)
+      sm90::run_bwd_kv<T, D, false, 3, true, 2, 64, false, false, 260>(p, p.total_q, p.total_k);
     } else if (variant == 39) {  // d = 128, variant 39: 80 x 128 tiles, dQ transposed
                                  // (FlashAttention-3's tile without a causal mask; A/B, session 44)
       sm90::run_bwd_kv<T, D, false, 3, true, 2, 80>(p, p.total_q, p.total_k);

@@ -201,12 +201,16 @@ inline int fwd_ab() {
 //      session-39 form (variant 36's is the default since).
 //  39: (fa3 mode, d = 128, session 44) the KV-outer pass on 80 x 128 tiles with dQ computed
 //      transposed (BwdKvTraits::kDqT; FlashAttention-3's d = 128 tile without a causal mask) and
-//      dq_accum in 80-row tiles (tile.cuh); written without a GPU, to be measured.
+//      dq_accum in 80-row tiles (tile.cuh). Measured on an H100 (session 44): 2-3% faster at
+//      N = 16k without a mask, within 1% at 2k-8k, 5.6% slower under a causal mask.
+//  40: (fa3 mode, d = 128, session 45) the default 64-row pass with each tile's lse2 read into
+//      registers before the wait for S (BwdKvTraits::kLse2Early, kFa3Ab bit 256) instead of
+//      after it; written after ncu, to be measured.
 // (Session 42 measured on an H100: variants 23 at d = 128 and 36 at d = 256 the defaults since;
 // 32, 33 (d = 64 2-5% slower, d = 128 / 256 within 1%) and 37 not.)
 // (13 and 14 measured 7-17% slower than the default, session 26: kept for the record and A/B.)
 inline int bwd_variant() {
-  return env_int_in("GPROJ_BWD_VARIANT", 3, 39);
+  return env_int_in("GPROJ_BWD_VARIANT", 3, 40);
 }
 
 // fa3 mode's KV-outer item order for a launch (AttnParams::kv_tiles_outer): tile-major under a

@@ -134,11 +134,13 @@ struct BwdKvTraits {
   // tiles from the block's own diagonal tile on (KeyBlockWork::rot). Bit 128 (variant 37,
   // session 42, both; kRowsAllWarps): every consumer warp copies a share of a tile's row state.
   static_assert(kFa3Ab_ == 0 || (!kGProj_ && kDqHere_ &&
-                                 (kBlockM_ == 64   ? (kFa3Ab_ & 32) == 0
+                                 (kBlockM_ == 64   ? (kFa3Ab_ & 32) == 0 &&
+                                                         (!(kFa3Ab_ & 256) || !(kFa3Ab_ & 2))
                                   : kBlockM_ == 80 ? (kFa3Ab_ & ~7) == 0
                                                    : (kFa3Ab_ & ~248) == 0)),
                 "the A/B bits are for fa3 mode's 64-row pass (bits 8, 16, 64, 128: also the "
-                "128-row one; bit 32: the 128-row one only; the 80-row one: bits 1, 2, 4 only)");
+                "128-row one; bit 32: the 128-row one only; bit 256: the 64-row one only, with "
+                "lse2 from rowstate; the 80-row one: bits 1, 2, 4 only)");
   static constexpr bool kRotated = (kFa3Ab_ & 64) != 0;
   // Who copies a tile's row state (delta, lse2) into shared memory, a tile ahead. By default the
   // first warp of each consumer warpgroup, 32 (d = 128) or 64 (d = 64) rows, two cp.async each:
@@ -148,6 +150,12 @@ struct BwdKvTraits {
   // kRowsAllWarps each of the 256 consumer threads copies one value (d = 64: one of the 128 rows'
   // two; d = 128: every second thread), so each warp issues the same ~15 more instead.
   static constexpr bool kRowsAllWarps = (kFa3Ab_ & 128) != 0;
+  // lse2 of the tile's queries read into registers before the wait for S (kFa3Ab bit 256,
+  // variant 40, session 45, the 64-row pass only). Without it the P pass's first FFMAs wait for
+  // loads issued after that wait: ncu at d = 128 N = 8k causal (H100, session 45) put 9% of the
+  // pass's warp samples on those FFMAs (short scoreboard), the largest single difference from
+  // FlashAttention-3's loop, which has its LSE in registers before S is done.
+  static constexpr bool kLse2Early = (kFa3Ab_ & 256) != 0;
   static_assert(!(kFa3Ab_ & 16) || (kFa3Ab_ & 8), "dO's own ring only with Q freed at the end");
   static constexpr int kFa3Ab = kFa3Ab_;
   // When a tile's Q / dO stage goes back to the producer. Without bit 8 (the 64-row pass's
@@ -848,6 +856,15 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       if constexpr (!Traits::kWGsMeet) turn_pass<kWGs>(w);
       fetch_rows(it + 1, next.h, next.mb);  // landed before, and published by, this tile's
                                             // consumers_sync below
+      // kLse2Early: this tile's lse2 pairs (published by the previous tile's rows_sync) loaded
+      // while S and dP run; the wait below is an asm with a memory clobber, so they stay above it
+      constexpr int kColPairs = decltype(size<1>(c_rc))::value / 2;
+      float2 lse2_early[Traits::kLse2Early ? kColPairs : 1];
+      if constexpr (Traits::kLse2Early) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int jp = 0; jp < kColPairs; ++jp)
+          lse2_early[jp] = *reinterpret_cast<const float2*>(&row_lse2[get<1>(c_rc(0, 2 * jp))]);
+      }
       // S, dP, and the previous tile's dK: its Q/dO stage is free now (kStageFreedAtEnd: freed
       // at the end of the previous tile). (kPUnderDp: WGMMA groups
       // retire in issue order, so waiting for all but the newest leaves dP on the tensor cores
@@ -888,7 +905,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         } else if constexpr (Traits::kLse2InRowstate) {
           // FA3: exp2(fma(s, c, -lse2)), lse2 = m c + log2 l as FA3 stores it, formed once per
           // row by delta_kernel ({delta, lse2} in rowstate)
-          const float2 lse2 = *reinterpret_cast<const float2*>(&row_lse2[get<1>(c_rc(0, j))]);
+          const float2 lse2 =
+              Traits::kLse2Early ? lse2_early[j / 2]
+                                 : *reinterpret_cast<const float2*>(&row_lse2[get<1>(c_rc(0, j))]);
           CUTLASS_PRAGMA_UNROLL
           for (int r = 0; r < kRows; ++r) {
             s_rc(r, j) = exp2_approx(fmaf(s_rc(r, j), c, -lse2.x));

@@ -79,6 +79,11 @@ def main():
     env_name, env_vals = (args.env.split("=", 1)[0], args.env.split("=", 1)[1].split(",")) \
         if args.env else (None, [None])
     nv, h = nvml_handle()
+
+    def measure(shape, name, fn):
+        ms, mj, w, mhz = run(fn, args.seconds, nv, h)
+        print(f"{shape:>16} {name:>12} | {ms:7.4f} {mj:8.1f} {w:6.0f} {mhz:6.0f}", flush=True)
+
     print(f"{'shape':>16} {'candidate':>12} | {'ms':>7} {'mJ/call':>8} {'W':>6} {'MHz':>6}", flush=True)
     for a in args.shapes:
         c = Case.parse(a)
@@ -86,8 +91,7 @@ def main():
             from bwd_ab import candidates
             for name, var, fn in candidates(c, ["0"], None, args.bwd.split(",")):
                 os.environ["GPROJ_BWD_VARIANT"] = var or "0"
-                ms, mj, w, mhz = run(fn, args.seconds, nv, h)
-                print(f"{a:>16} {name:>12} | {ms:7.4f} {mj:8.1f} {w:6.0f} {mhz:6.0f}", flush=True)
+                measure(a, name, fn)
             os.environ["GPROJ_BWD_VARIANT"] = "0"
             continue
         fa = c.fa3()
@@ -100,8 +104,7 @@ def main():
                 os.environ.pop(env_name, None)
                 if val not in (None, "-"):
                     os.environ[env_name] = val
-            ms, mj, w, mhz = run(fn, args.seconds, nv, h)
-            print(f"{a:>16} {name:>12} | {ms:7.4f} {mj:8.1f} {w:6.0f} {mhz:6.0f}", flush=True)
+            measure(a, name, fn)
 
 
 if __name__ == "__main__":

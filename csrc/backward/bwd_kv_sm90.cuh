@@ -856,14 +856,17 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       if constexpr (!Traits::kWGsMeet) turn_pass<kWGs>(w);
       fetch_rows(it + 1, next.h, next.mb);  // landed before, and published by, this tile's
                                             // consumers_sync below
-      // kLse2Early: this tile's lse2 pairs (published by the previous tile's rows_sync) loaded
-      // while S and dP run; the wait below is an asm with a memory clobber, so they stay above it
+      // lse2 of the lane's column pair j, j + 1 (adjacent queries): one 8-byte shared load.
+      // kLse2Early: this tile's pairs (published by the previous tile's rows_sync) loaded while
+      // S and dP run; the wait below is an asm with a memory clobber, so they stay above it
+      auto lse2_pair = [&](int j) {
+        return *reinterpret_cast<const float2*>(&row_lse2[get<1>(c_rc(0, j))]);
+      };
       constexpr int kColPairs = decltype(size<1>(c_rc))::value / 2;
       float2 lse2_early[Traits::kLse2Early ? kColPairs : 1];
       if constexpr (Traits::kLse2Early) {
         CUTLASS_PRAGMA_UNROLL
-        for (int jp = 0; jp < kColPairs; ++jp)
-          lse2_early[jp] = *reinterpret_cast<const float2*>(&row_lse2[get<1>(c_rc(0, 2 * jp))]);
+        for (int jp = 0; jp < kColPairs; ++jp) lse2_early[jp] = lse2_pair(2 * jp);
       }
       // S, dP, and the previous tile's dK: its Q/dO stage is free now (kStageFreedAtEnd: freed
       // at the end of the previous tile). (kPUnderDp: WGMMA groups
@@ -905,9 +908,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         } else if constexpr (Traits::kLse2InRowstate) {
           // FA3: exp2(fma(s, c, -lse2)), lse2 = m c + log2 l as FA3 stores it, formed once per
           // row by delta_kernel ({delta, lse2} in rowstate)
-          const float2 lse2 =
-              Traits::kLse2Early ? lse2_early[j / 2]
-                                 : *reinterpret_cast<const float2*>(&row_lse2[get<1>(c_rc(0, j))]);
+          const float2 lse2 = Traits::kLse2Early ? lse2_early[j / 2] : lse2_pair(j);
           CUTLASS_PRAGMA_UNROLL
           for (int r = 0; r < kRows; ++r) {
             s_rc(r, j) = exp2_approx(fmaf(s_rc(r, j), c, -lse2.x));

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Session 45, one short call (~4 device minutes): (1) the backward back to back under the power cap
-# at d = 128 (energy_bwd.sh's first part: cuDNN, fa3 mode v0 / v39, gproj, FlashAttention-3's
+# at d = 128 (cuDNN, fa3 mode v0 / v39, gproj, FlashAttention-3's
 # backward; ms, mJ per call, W, MHz); (2) Nsight Compute on fa3 mode's KV-outer pass and
 # FlashAttention-3's backward kernel at d = 128 N = 8k causal (ncu_round.sh's first case).
 # Carry: _wheels/_C.so.xz, _wheels/commit.txt, _wheels/fa3bwd_run.
